@@ -1,0 +1,56 @@
+"""Fixtures: real upstreams on 127.0.0.1 (TLS with a self-signed cert, and plain HTTP) and a
+real `undoproxy run` process in front of them."""
+
+from __future__ import annotations
+
+import ssl
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import upstream
+from tests.support.certs import self_signed
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+
+
+@pytest.fixture(scope="session")
+def upstream_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return self_signed(tmp_path_factory.mktemp("upstream-cert"))
+
+
+@pytest.fixture(scope="session")
+def tls_upstream(upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(*upstream_cert)
+    server = ThreadedServer(upstream.create_app(), ctx).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_upstream() -> Iterator[ThreadedServer]:
+    server = ThreadedServer(upstream.create_app()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
+    """One undoproxy with the default config, shared by tests that use distinct sessions."""
+    instance = Undoproxy(tmp_path_factory.mktemp("undoproxy")).start()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def session_id() -> str:
+    """A session id no other test uses."""
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def received(server: ThreadedServer) -> list[upstream.Received]:
+    """What the upstream has received so far."""
+    return server.app[upstream.RECEIVED]

@@ -1,0 +1,62 @@
+"""Real aiohttp servers on 127.0.0.1:0, each in its own thread and loop, so that blocking
+clients (requests, curl in a subprocess) can call them from a test."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import threading
+from collections.abc import Callable
+
+from aiohttp import web
+
+
+class ThreadedServer:
+    """Runs `app` on an ephemeral port in a daemon thread until stop()."""
+
+    def __init__(self, app: web.Application, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.app = app
+        self.ssl_context = ssl_context
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """http(s)://127.0.0.1:PORT"""
+        scheme = "https" if self.ssl_context else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def start(self) -> ThreadedServer:
+        """Start and wait until listening."""
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("test server did not start")
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._start())
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    def call(self, fn: Callable[[], object]) -> None:
+        """Run fn in the server's loop (to change its state safely)."""
+        self._loop.call_soon_threadsafe(fn)
+
+    def stop(self) -> None:
+        """Stop the server and its thread."""
+        if self._runner is not None:
+            fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            fut.result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

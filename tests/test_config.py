@@ -1,0 +1,106 @@
+"""Config loading: defaults, env expansion, and errors that name file and line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from undoproxy.config import SETTINGS, load_config
+from undoproxy.errors import ConfigErrors
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_no_config_means_the_contract_defaults() -> None:
+    config = load_config(None)
+    assert config.proxy_listen == ("127.0.0.1", 8080)
+    assert config.admin_listen == ("127.0.0.1", 8081)
+    assert (config.proxy_auth, config.defaults_mutations, config.defaults_compensate) == (
+        "open",
+        "log",
+        "auto",
+    )
+    assert config.approvals_timeout == 300.0
+    assert config.rules.rules == []
+
+
+def test_env_expansion_and_relative_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UNDOPROXY_ADMIN_TOKEN", "from-env")
+    monkeypatch.delenv("UNSET_VAR_FOR_TEST", raising=False)
+    config = load_config(
+        write(
+            tmp_path,
+            "admin:\n  token: ${UNDOPROXY_ADMIN_TOKEN}\n"
+            "store:\n  path: data/j.db\nstate_dir: ./st\n",
+        )
+    )
+    assert config.admin_token == "from-env"
+    assert config.store_path == tmp_path / "data" / "j.db"
+    assert config.state_dir == tmp_path / "st"
+    unset = load_config(write(tmp_path, "admin:\n  token: ${UNSET_VAR_FOR_TEST}\n"))
+    assert unset.admin_token is None  # unset => generated at start
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        (
+            "proxy:\n  listen: 127.0.0.1:8080\n  auht: token\n",
+            3,
+            "unknown key 'proxy.auht' (did you mean 'auth'?)",
+        ),
+        ("proxy:\n  auth: sometimes\n", 2, "proxy.auth: expected one of open | token"),
+        ("admin:\n  listen: localhost\n", 2, "admin.listen: expected host:port"),
+        ("approvals:\n  timeout: soon\n", 2, "approvals.timeout: expected a duration"),
+        ("defaults:\n  mutations: maybe\n", 2, "defaults.mutations: expected one of"),
+        ("\n\nproxyy:\n  listen: 1\n", 3, "unknown key 'proxyy' (did you mean 'proxy'?)"),
+        ("proxy: [1, 2\n", 2, "invalid YAML"),
+        ("approvals:\n  notify: [ftp://x]\n", 2, "webhook URL must start with http"),
+    ],
+)
+def test_errors_name_file_and_line(tmp_path: Path, text: str, line: int, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(Exception) as caught:
+        load_config(path)
+    assert f"{path}:{line}: " in str(caught.value)
+    assert message in str(caught.value)
+
+
+def test_all_errors_are_reported_at_once(tmp_path: Path) -> None:
+    path = write(tmp_path, "proxy:\n  auth: x\nadmin:\n  listen: y\n")
+    with pytest.raises(ConfigErrors) as caught:
+        load_config(path)
+    assert [e.where.line for e in caught.value.errors if e.where] == [2, 4]
+
+
+def test_run_refuses_a_bad_config_and_starts_nothing(tmp_path: Path) -> None:
+    path = write(tmp_path, "proxy:\n  listen: 127.0.0.1:0\n  mode: fast\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "undoproxy", "run", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert f"{path}:3: unknown key 'proxy.mode'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_example_config_is_valid_and_documents_every_setting() -> None:
+    example = (ROOT / "config.yaml").read_text()
+    load_config(ROOT / "config.yaml")
+    for setting in SETTINGS:
+        leaf = setting.key.split(".")[-1]
+        assert f"{leaf}:" in example, f"config.yaml does not document {setting.key}"
+    readme = (ROOT / "README.md").read_text()
+    for setting in SETTINGS:
+        assert setting.key in readme, f"README.md does not document {setting.key}"

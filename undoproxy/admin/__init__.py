@@ -1,0 +1,1 @@
+"""The admin app (aiohttp): the JSON API, server-sent events and the admin page."""

@@ -1,0 +1,32 @@
+"""`create_app(ctx) -> web.Application`: the admin API and page, routes in one table."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from undoproxy.admin import api
+from undoproxy.admin.auth import require_token
+from undoproxy.admin.context import CONTEXT, AdminContext
+from undoproxy.admin.errors import json_errors
+
+ROUTES: list[web.AbstractRouteDef] = [
+    web.get("/ca.pem", api.ca_pem),
+    web.get("/api/info", api.info),
+    web.post("/api/sessions", api.create_session),
+    web.get("/api/sessions", api.list_sessions),
+    web.get("/api/sessions/{id}", api.show_session),
+    web.post("/api/sessions/{id}/commit", api.commit_session),
+    web.get("/api/sessions/{id}/export", api.export_session),
+]
+
+
+def create_app(
+    ctx: AdminContext, extra_routes: list[web.AbstractRouteDef] | None = None
+) -> web.Application:
+    """The admin application for one running undoproxy."""
+    app = web.Application(middlewares=[json_errors, require_token], client_max_size=1024**2)
+    app[CONTEXT] = ctx
+    app.add_routes(ROUTES)
+    if extra_routes:
+        app.add_routes(extra_routes)
+    return app

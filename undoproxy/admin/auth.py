@@ -1,0 +1,46 @@
+"""Admin authentication: a bearer token for the JSON API.
+
+Only `/ca.pem` (the public CA certificate agents must trust) and the page's own sign-in and
+static files are reachable without it.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from aiohttp import web
+
+from undoproxy.admin.context import CONTEXT
+from undoproxy.admin.errors import Handler, error_response
+
+PUBLIC_PATHS = frozenset({"/ca.pem"})
+
+
+def bearer_ok(request: web.Request, token: str) -> bool:
+    """True when the request carries `Authorization: Bearer <token>`."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    )
+
+
+def is_public(path: str) -> bool:
+    """Paths that need no bearer token (the page checks its own cookie)."""
+    return path in PUBLIC_PATHS or not path.startswith("/api/")
+
+
+@web.middleware
+async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """401 for API calls without the admin token."""
+    if is_public(request.path):
+        return await handler(request)
+    ctx = request.app[CONTEXT]
+    if bearer_ok(request, ctx.token) or request.get("page_user"):
+        return await handler(request)
+    return error_response(
+        401,
+        "unauthorized",
+        "missing or wrong admin token: send "
+        "'Authorization: Bearer <token>' (UNDOPROXY_ADMIN_TOKEN)",
+    )

@@ -1,0 +1,69 @@
+"""One JSON error shape for every admin endpoint: `{"error": code, "message": text}`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiError(Exception):
+    """An error answered to the caller with its status, code and message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error_response(status: int, code: str, message: str) -> web.Response:
+    """The JSON error every endpoint uses."""
+    return web.Response(
+        status=status,
+        content_type="application/json",
+        text=json.dumps({"error": code, "message": message}),
+    )
+
+
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+}
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn ApiError and aiohttp's own HTTP errors into the one JSON shape."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc.status, exc.code, exc.message)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, _CODES.get(exc.status, "error"), exc.reason)
+    except Exception:
+        log.exception("admin API error on %s %s", request.method, request.path)
+        return error_response(500, "internal_error", "undoproxy hit an internal error; see its log")
+
+
+async def json_body(request: web.Request) -> dict[str, object]:
+    """The request's JSON object body ({} when empty); 400 when it is not a JSON object."""
+    if not request.body_exists:
+        return {}
+    try:
+        value = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "bad_request", "the body must be JSON") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "bad_request", "the body must be a JSON object")
+    return value

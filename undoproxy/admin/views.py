@@ -1,0 +1,90 @@
+"""How sessions and steps are shown through the API, the page and exports: secrets redacted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from undoproxy import redact
+from undoproxy.store.records import Session, Step
+
+
+def session_json(session: Session, counts: dict[str, int] | None = None) -> dict[str, Any]:
+    """A session without its token."""
+    out: dict[str, Any] = {
+        "id": session.id,
+        "intent": session.intent,
+        "agent": session.agent,
+        "state": session.state,
+        "created_at": session.created_at,
+        "updated_at": session.updated_at,
+    }
+    if counts is not None:
+        out["steps"] = counts.get("steps", 0)
+        out["mutations"] = counts.get("mutations", 0)
+    return out
+
+
+def _header_value(headers: list[list[str]] | None, name: str) -> str:
+    for k, v in headers or []:
+        if k.lower() == name:
+            return v
+    return ""
+
+
+def compensation_json(step: Step) -> dict[str, Any] | None:
+    """The compensation of a mutation step: what would undo it, and what became of it."""
+    if not step.is_mutation:
+        return None
+    comp = step.compensation or {}
+    return {
+        "kind": comp.get("kind"),
+        "method": comp.get("method"),
+        "url": redact.url(comp["url"]) if comp.get("url") else None,
+        "status": step.compensation_status,
+        "detail": step.compensation_detail,
+    }
+
+
+def step_json(step: Step) -> dict[str, Any]:
+    """A step as the API and exports show it."""
+    req_type = _header_value(step.request_headers, "content-type")
+    resp_type = _header_value(step.response_headers, "content-type")
+    snapshot = step.snapshot
+    return {
+        "id": step.id,
+        "session_id": step.session_id,
+        "seq": step.seq,
+        "created_at": step.created_at,
+        "method": step.method,
+        "url": redact.url(step.url),
+        "mutation": step.is_mutation,
+        "rule": step.rule,
+        "risk": step.risk,
+        "action": step.action,
+        "captures": step.captures or {},
+        "status": step.status,
+        "response_status": step.response_status,
+        "duration_ms": step.duration_ms,
+        "error": step.error,
+        "request": {
+            "headers": step.request_headers or [],
+            "body": redact.body_text(step.request_body, req_type),
+            "body_length": step.request_body_len,
+            "body_sha256": step.request_body_sha256,
+        },
+        "response": None
+        if step.response_status is None
+        else {
+            "headers": step.response_headers or [],
+            "body": redact.body_text(step.response_body, resp_type),
+            "body_length": step.response_body_len,
+        },
+        "snapshot": None
+        if snapshot is None
+        else {
+            "url": redact.url(snapshot.get("url", "")),
+            "status": snapshot.get("status"),
+            "etag": snapshot.get("etag"),
+        },
+        "compensation": compensation_json(step),
+    }

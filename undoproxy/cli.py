@@ -1,0 +1,302 @@
+"""`undoproxy`: run the proxy, point agents at it, and inspect, commit or roll back sessions.
+
+Commands that talk to a running undoproxy find it through --admin / UNDOPROXY_ADMIN
+(default http://127.0.0.1:8081) and authenticate with UNDOPROXY_ADMIN_TOKEN (default: the
+token `undoproxy run` generated in ~/.undoproxy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from undoproxy import __version__
+from undoproxy.client import ADMIN_ENV, AdminClient
+from undoproxy.config import load_config
+from undoproxy.errors import ConfigError, UndoproxyError
+
+CONFIG_ENV = "UNDOPROXY_CONFIG"
+
+
+def _config_path(args: argparse.Namespace) -> str | None:
+    return args.config or os.environ.get(CONFIG_ENV) or None
+
+
+def _client(args: argparse.Namespace) -> AdminClient:
+    return AdminClient(args.admin)
+
+
+def _out(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    return "\n".join(lines)
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the proxy and the admin API/page in one process until Ctrl-C or SIGTERM."""
+    from undoproxy.proxy.embed import serve
+
+    config = load_config(_config_path(args))
+    logging.basicConfig(
+        level=logging.INFO if not args.quiet else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    asyncio.run(serve(config))
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """Print the export lines that send an agent through undoproxy, trusting its CA."""
+    client = _client(args)
+    info = client.call("GET", "/api/info")
+    proxy_url = info["proxy_url"]
+    if args.session:
+        created = client.call("POST", "/api/sessions", {"id": args.session})
+        proxy_url = created["proxy_url"]
+    bundle = info["ca_bundle"]
+    values = [
+        ("HTTPS_PROXY", proxy_url),
+        ("HTTP_PROXY", proxy_url),
+        ("https_proxy", proxy_url),
+        ("http_proxy", proxy_url),
+        ("SSL_CERT_FILE", bundle),
+        ("REQUESTS_CA_BUNDLE", bundle),
+        ("CURL_CA_BUNDLE", bundle),
+        ("NODE_EXTRA_CA_CERTS", info["ca_cert"]),
+        ("NODE_USE_ENV_PROXY", "1"),
+    ]
+    for name, value in values:
+        _out(f"export {name}={shlex.quote(value)}")
+    return 0
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """List sessions, newest first."""
+    query = f"?state={quote(args.state)}" if args.state else ""
+    sessions = _client(args).call("GET", f"/api/sessions{query}")["sessions"]
+    if args.json:
+        _out(json.dumps(sessions, indent=2))
+        return 0
+    if not sessions:
+        _out("no sessions" + (f" in state {args.state}" if args.state else ""))
+        return 0
+    rows = [
+        [
+            s["id"],
+            s["state"],
+            str(s["steps"]),
+            str(s["mutations"]),
+            _when(s["created_at"]),
+            s.get("intent") or "",
+        ]
+        for s in sessions
+    ]
+    _out(_table(rows, ["SESSION", "STATE", "STEPS", "MUTATIONS", "CREATED", "INTENT"]))
+    return 0
+
+
+def _compensation_text(step: dict[str, Any]) -> str:
+    comp = step.get("compensation")
+    if not comp:
+        return ""
+    text = f"{comp['method']} {comp['url']}" if comp.get("method") else comp.get("kind") or "-"
+    return text + (f" [{comp['status']}]" if comp.get("status") else "")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Show a session's timeline: every step, its rule, status and compensation."""
+    session = _client(args).call("GET", f"/api/sessions/{quote(args.session, safe='')}")
+    if args.json:
+        _out(json.dumps(session, indent=2))
+        return 0
+    _out(
+        f"session {session['id']}  state: {session['state']}  steps: {session['steps']}  "
+        f"mutations: {session['mutations']}"
+    )
+    if session.get("intent"):
+        _out(f"intent: {session['intent']}")
+    if not session["steps"]:
+        _out("no requests yet")
+        return 0
+    rows = []
+    for s in session["steps"]:
+        rows.append(
+            [
+                str(s["seq"]),
+                time.strftime("%H:%M:%S", time.localtime(s["created_at"])),
+                s["method"],
+                s["url"],
+                s["rule"] or "-",
+                s["status"],
+                str(s["response_status"] or "-"),
+                _compensation_text(s),
+            ]
+        )
+    _out(_table(rows, ["#", "TIME", "METHOD", "URL", "RULE", "STATUS", "HTTP", "COMPENSATION"]))
+    return 0
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    """Commit a session: its effects are kept and it can no longer be rolled back."""
+    session = _client(args).call("POST", f"/api/sessions/{quote(args.session, safe='')}/commit")
+    _out(f"session {session['id']} is {session['state']}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a session's steps (secrets redacted) as JSON lines or HAR."""
+    text = _client(args).call(
+        "GET", f"/api/sessions/{quote(args.session, safe='')}/export?format={args.format}", raw=True
+    )
+    sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    return 0
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    """Validate a config and its rule packs; every mistake is listed with file:line."""
+    path = _config_path(args)
+    config = load_config(path)
+    n = len(config.rules.rules)
+    _out(f"{path or 'built-in defaults'}: OK, {n} rule{'s' if n != 1 else ''}")
+    return 0
+
+
+def cmd_rules_explain(args: argparse.Namespace) -> int:
+    """Show which rule a request would match, its captures, and why earlier rules did not."""
+    from undoproxy.rules import RequestView, format_explanation
+
+    config = load_config(_config_path(args))
+    headers = []
+    for item in args.header or []:
+        name, sep, value = item.partition(":")
+        if not sep:
+            raise UndoproxyError(f"--header must be 'Name: value', got {item!r}")
+        headers.append((name.strip(), value.strip()))
+    if args.body is not None and not any(k.lower() == "content-type" for k, _ in headers):
+        headers.append(("Content-Type", "application/json"))
+    url = args.url if "://" in args.url else "https://" + args.url
+    view = RequestView.from_parts(args.method, url, headers, (args.body or "").encode())
+    verdicts = config.rules.explain(view)
+    _out(format_explanation(view, verdicts, default_mutations=config.defaults_mutations))
+    return 0
+
+
+# --- parser --------------------------------------------------------------------------------
+
+
+def _add_admin(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--admin",
+        metavar="URL",
+        help=f"admin URL of the running undoproxy (env {ADMIN_ENV}, default http://127.0.0.1:8081)",
+    )
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help=f"config file (env {CONFIG_ENV}; default: built-in defaults)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    parser = argparse.ArgumentParser(
+        prog="undoproxy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"undoproxy {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(
+        name: str,
+        func: Callable[[argparse.Namespace], int],
+        *,
+        admin: bool = False,
+        config: bool = False,
+        parent: Any = sub,
+    ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(
+            name, help=func.__doc__, description=func.__doc__
+        )
+        p.set_defaults(func=func)
+        if admin:
+            _add_admin(p)
+        if config:
+            _add_config(p)
+        return p
+
+    p = command("run", cmd_run, config=True)
+    p.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    p = command("env", cmd_env, admin=True)
+    p.add_argument("--session", metavar="ID", help="the session the agent's requests belong to")
+    p = command("sessions", cmd_sessions, admin=True)
+    p.add_argument("--state", help="only sessions in this state")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = command("show", cmd_show, admin=True)
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = command("commit", cmd_commit, admin=True)
+    p.add_argument("session", metavar="SESSION")
+    p = command("export", cmd_export, admin=True)
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--format", choices=("jsonl", "har"), default="jsonl")
+
+    rules = sub.add_parser("rules", help="check rules, or explain which rule a request matches")
+    rules_sub = rules.add_subparsers(dest="rules_command", metavar="COMMAND", required=True)
+    command("check", cmd_rules_check, config=True, parent=rules_sub)
+    p = command("explain", cmd_rules_explain, config=True, parent=rules_sub)
+    p.add_argument("method", metavar="METHOD")
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--body", metavar="JSON", help="the request body")
+    p.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        metavar="'Name: value'",
+        help="a request header (repeatable)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `undoproxy` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"undoproxy: configuration error:\n{exc}", file=sys.stderr)
+        return 2
+    except UndoproxyError as exc:
+        print(f"undoproxy: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

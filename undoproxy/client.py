@@ -1,0 +1,87 @@
+"""The CLI's client for a running undoproxy's admin API (stdlib only, synchronous)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from undoproxy.errors import AdminClientError
+
+DEFAULT_ADMIN = "http://127.0.0.1:8081"
+ADMIN_ENV = "UNDOPROXY_ADMIN"
+TOKEN_ENV = "UNDOPROXY_ADMIN_TOKEN"
+STATE_DIR_ENV = "UNDOPROXY_STATE_DIR"
+
+
+def find_token() -> str | None:
+    """UNDOPROXY_ADMIN_TOKEN, else the token `undoproxy run` generated in the state dir."""
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token.strip()
+    state_dir = Path(os.environ.get(STATE_DIR_ENV, "~/.undoproxy")).expanduser()
+    path = state_dir / "admin-token"
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+class AdminClient:
+    """Calls the admin API; every failure becomes an AdminClientError a user can act on."""
+
+    def __init__(
+        self, base_url: str | None = None, token: str | None = None, timeout: float = 30.0
+    ) -> None:
+        self.base_url = (base_url or os.environ.get(ADMIN_ENV) or DEFAULT_ADMIN).rstrip("/")
+        self.token = token if token is not None else find_token()
+        self.timeout = timeout
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        raw: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request; the decoded JSON answer (or text with raw=True)."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
+                text = response.read().decode("utf-8")
+        except urllib.error.HTTPError as exc:
+            raise AdminClientError(self._explain(exc)) from None
+        except urllib.error.URLError as exc:
+            raise AdminClientError(
+                f"undoproxy is not running at {self.base_url} ({exc.reason}); start it with "
+                f"`undoproxy run`, or point --admin / {ADMIN_ENV} at it"
+            ) from None
+        except TimeoutError:
+            raise AdminClientError(f"undoproxy at {self.base_url} did not answer in time") from None
+        if raw:
+            return text
+        return json.loads(text) if text else None
+
+    def _explain(self, exc: urllib.error.HTTPError) -> str:
+        try:
+            payload = json.loads(exc.read().decode("utf-8"))
+            message = payload.get("message") or payload.get("error") or str(payload)
+        except (ValueError, AttributeError):
+            message = exc.reason
+        if exc.code == 401:
+            hint = "" if self.token else " (no token found)"
+            return (
+                f"the admin token was refused{hint}: set {TOKEN_ENV} to the token "
+                "`undoproxy run` printed"
+            )
+        return f"{message} (HTTP {exc.code})"

@@ -1,0 +1,1 @@
+"""Pure code that builds the inverse request of a journaled step (no mitmproxy, no aiohttp)."""

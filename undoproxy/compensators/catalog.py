@@ -1,0 +1,25 @@
+"""The names a rule may give as `compensate:`; one list, read by validation, docs and builders."""
+
+from __future__ import annotations
+
+GENERIC: dict[str, str] = {
+    "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
+    "delete-created": "DELETE what a POST created (Location header, else the response id)",
+    "recreate": "put a deleted resource back from its snapshot (PUT, else POST to the collection)",
+    "none": "record the step as irreversible",
+}
+
+# API packs: named compensators that know one API's inverse operations.
+PACKS: dict[str, str] = {
+    "github.close-issue": "PATCH the created issue to state: closed (issues cannot be deleted)",
+    "github.delete-comment": "DELETE the created issue comment",
+    "stripe.refund": "POST /v1/refunds for the created charge or payment intent",
+    "slack.delete-message": "POST chat.delete for the message chat.postMessage sent",
+}
+
+NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})
+
+
+def known_names() -> frozenset[str]:
+    """Every name accepted as a named compensator."""
+    return frozenset(GENERIC) | frozenset(PACKS)

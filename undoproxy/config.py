@@ -1,0 +1,296 @@
+"""Load and validate `config.yaml`.
+
+Every setting is declared once in `SETTINGS` (dotted key, default, help); validation, the
+example config and the docs test all read that table. Every error names the file, the line and
+the problem, all errors are reported together, and nothing starts half-configured.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from undoproxy.durations import parse_duration
+from undoproxy.errors import ConfigError, ConfigErrors, Location
+from undoproxy.rules import RuleSet, parse_rules
+from undoproxy.yamlsource import YDict, YList, load_file, location_of
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One config key: its dotted name, default (as a user would write it) and meaning."""
+
+    key: str
+    default: Any
+    help: str
+    parse: Callable[[Any], Any]
+
+
+def _listen(value: Any) -> tuple[str, int]:
+    if not isinstance(value, str) or ":" not in value:
+        raise ValueError(f"expected host:port, got {value!r}")
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected host:port with a port 0-65535, got {value!r}")
+    return host, int(port)
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {' | '.join(options)}, got {value!r}")
+        return str(value)
+
+    return parse
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _optional_str(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str | int):
+        raise ValueError(f"expected a string, got {value!r}")
+    return str(value)
+
+
+def _path(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a path, got {value!r}")
+    return value
+
+
+def _urls(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("expected a list of webhook URLs")
+    for url in value:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"webhook URL must start with http:// or https://, got {url!r}")
+    return list(value)
+
+
+def _positive_duration(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError("the timeout must be greater than zero")
+    return seconds
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "proxy.listen", "127.0.0.1:8080", "where agents connect (HTTP_PROXY/HTTPS_PROXY)", _listen
+    ),
+    Setting(
+        "proxy.auth",
+        "open",
+        "open: unknown sessions are created on first use; "
+        "token: a session must exist and its token match, else 407",
+        _choice("open", "token"),
+    ),
+    Setting(
+        "proxy.upstream_insecure",
+        False,
+        "accept self-signed upstream certificates (tests, local services)",
+        _bool,
+    ),
+    Setting("admin.listen", "127.0.0.1:8081", "the admin API and page", _listen),
+    Setting(
+        "admin.token",
+        None,
+        "bearer token for the admin API; unset: generated once, kept "
+        "in the state dir (mode 0600) and printed",
+        _optional_str,
+    ),
+    Setting(
+        "state_dir",
+        "~/.undoproxy",
+        "the CA, the generated admin token and the credentials key (0600)",
+        _path,
+    ),
+    Setting(
+        "store.path", "./undoproxy.db", "the SQLite journal (relative to the config file)", _path
+    ),
+    Setting(
+        "approvals.timeout",
+        "300s",
+        "how long a held request waits for a decision",
+        _positive_duration,
+    ),
+    Setting(
+        "approvals.notify",
+        [],
+        "webhook URLs called (Slack-compatible JSON) when a request is held",
+        _urls,
+    ),
+    Setting(
+        "defaults.mutations",
+        "log",
+        "what unmatched POST/PUT/PATCH/DELETE get: allow | log | hold | deny",
+        _choice("allow", "log", "hold", "deny"),
+    ),
+    Setting(
+        "defaults.compensate",
+        "auto",
+        "auto: infer the REST inverse of unmatched mutations; none: no inference",
+        _choice("auto", "none"),
+    ),
+    Setting("include", [], "more rule files (rule packs), relative to the config file", _urls),
+    Setting("rules", [], "the rules, first match wins (see docs/rules.md)", _urls),
+)
+# `include` and `rules` are validated by the rules engine; their parse functions above are unused.
+_SECTIONS = {"proxy", "admin", "store", "approvals", "defaults"}
+_TOP_LEVEL = _SECTIONS | {"state_dir", "include", "rules"}
+
+
+@dataclass
+class Config:
+    """The validated configuration undoproxy runs with."""
+
+    proxy_listen: tuple[str, int] = ("127.0.0.1", 8080)
+    proxy_auth: str = "open"
+    upstream_insecure: bool = False
+    admin_listen: tuple[str, int] = ("127.0.0.1", 8081)
+    admin_token: str | None = None
+    state_dir: Path = field(default_factory=lambda: Path("~/.undoproxy").expanduser())
+    store_path: Path = field(default_factory=lambda: Path("undoproxy.db").absolute())
+    approvals_timeout: float = 300.0
+    approvals_notify: list[str] = field(default_factory=list)
+    defaults_mutations: str = "log"
+    defaults_compensate: str = "auto"
+    rules: RuleSet = field(
+        default_factory=lambda: parse_rules(
+            None, None, base_dir=Path.cwd(), where=Location("<defaults>", 0)
+        )
+    )
+    source: str | None = None
+
+
+def default_setting(key: str) -> Any:
+    """The default of one setting, by its dotted key."""
+    for s in SETTINGS:
+        if s.key == key:
+            return s.default
+    raise KeyError(key)
+
+
+def _unknown(key: str, allowed: set[str], where: Location, prefix: str = "") -> ConfigError:
+    close = difflib.get_close_matches(key, sorted(allowed), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    known = ", ".join(sorted(allowed))
+    return ConfigError(where, f"unknown key {prefix + key!r}{hint}; known keys: {known}")
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Load `path` (None: built-in defaults) into a Config, or raise ConfigErrors listing all."""
+    if path is None:
+        return _build({}, Path.cwd(), Location("<defaults>", 0))
+    p = Path(path)
+    doc = load_file(p)
+    where = Location(str(p), 1)
+    if doc is None:
+        doc = YDict()
+        doc.location, doc.key_locations = where, {}
+    if not isinstance(doc, dict):
+        raise ConfigErrors(
+            [
+                ConfigError(
+                    location_of(doc, where),
+                    "the config must be a mapping of keys (proxy:, admin:, rules:, ...)",
+                )
+            ]
+        )
+    return _build(doc, p.parent.absolute(), where)
+
+
+def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
+    errors: list[ConfigError] = []
+    values: dict[str, Any] = {}
+    locations: dict[str, Location] = {}
+
+    def loc(mapping: Any, key: str) -> Location:
+        return mapping.where(key) if isinstance(mapping, YDict) else where
+
+    for key in doc:
+        if key not in _TOP_LEVEL:
+            errors.append(_unknown(key, _TOP_LEVEL, loc(doc, key)))
+    for section in sorted(_SECTIONS):
+        body = doc.get(section)
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            errors.append(ConfigError(loc(doc, section), f"{section}: expected a mapping"))
+            continue
+        allowed = {s.key.split(".", 1)[1] for s in SETTINGS if s.key.startswith(section + ".")}
+        for key, value in body.items():
+            if key not in allowed:
+                errors.append(_unknown(key, allowed, loc(body, key), prefix=f"{section}."))
+                continue
+            values[f"{section}.{key}"] = value
+            locations[f"{section}.{key}"] = loc(body, key)
+    if "state_dir" in doc:
+        values["state_dir"], locations["state_dir"] = doc["state_dir"], loc(doc, "state_dir")
+
+    parsed: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.key in ("include", "rules"):
+            continue
+        raw = values.get(setting.key, setting.default)
+        try:
+            parsed[setting.key] = setting.parse(raw)
+        except ValueError as exc:
+            errors.append(ConfigError(locations.get(setting.key, where), f"{setting.key}: {exc}"))
+
+    rules: RuleSet | None = None
+    rule_items, include_items = doc.get("rules"), doc.get("include")
+    for name, item in (("rules", rule_items), ("include", include_items)):
+        if item is not None and not isinstance(item, list):
+            errors.append(ConfigError(loc(doc, name), f"{name}: expected a list"))
+    try:
+        rules = parse_rules(
+            rule_items if isinstance(rule_items, YList | list) else None,
+            include_items if isinstance(include_items, YList | list) else None,
+            base_dir=base_dir,
+            where=where,
+        )
+    except ConfigErrors as exc:
+        errors.extend(exc.errors)
+    except ConfigError as exc:
+        errors.append(exc)
+
+    if errors:
+        errors.sort(key=lambda e: (e.where.file, e.where.line) if e.where else ("", 0))
+        raise ConfigErrors(errors)
+    assert rules is not None
+
+    state_dir = Path(os.path.expanduser(parsed["state_dir"]))
+    store_path = Path(os.path.expanduser(parsed["store.path"]))
+    if not state_dir.is_absolute():
+        state_dir = base_dir / state_dir
+    if not store_path.is_absolute():
+        store_path = base_dir / store_path
+    return Config(
+        proxy_listen=parsed["proxy.listen"],
+        proxy_auth=parsed["proxy.auth"],
+        upstream_insecure=parsed["proxy.upstream_insecure"],
+        admin_listen=parsed["admin.listen"],
+        admin_token=parsed["admin.token"],
+        state_dir=state_dir,
+        store_path=store_path,
+        approvals_timeout=parsed["approvals.timeout"],
+        approvals_notify=parsed["approvals.notify"],
+        defaults_mutations=parsed["defaults.mutations"],
+        defaults_compensate=parsed["defaults.compensate"],
+        rules=rules,
+        source=None if where.file == "<defaults>" else where.file,
+    )

@@ -1,0 +1,76 @@
+"""The only responses undoproxy writes in the upstream's place, in the shapes the contract gives."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mitmproxy import http
+
+JSON = {"Content-Type": "application/json", "Cache-Control": "no-store"}
+
+
+def json_response(
+    status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> http.Response:
+    """A JSON response from undoproxy itself (marked with X-Undoproxy: 1)."""
+    return http.Response.make(
+        status, json.dumps(body).encode(), {**JSON, "X-Undoproxy": "1", **(headers or {})}
+    )
+
+
+def proxy_auth_required(message: str) -> http.Response:
+    """407: the session is unknown or its token is wrong (token mode)."""
+    return json_response(
+        407,
+        {"error": "undoproxy_proxy_auth", "message": message},
+        {"Proxy-Authenticate": 'Basic realm="undoproxy"'},
+    )
+
+
+def blocked(rule: str, reason: str) -> http.Response:
+    """403 for a request a rule denies outright."""
+    return json_response(
+        403,
+        {"error": "undoproxy_blocked", "rule": rule, "reason": reason},
+        {"X-Undoproxy-Decision": "denied"},
+    )
+
+
+def denied(
+    rule: str | None, reason: str, approval_id: str, decision: str = "denied"
+) -> http.Response:
+    """403 for a held request a person denied, or nobody decided in time (decision=timeout)."""
+    return json_response(
+        403,
+        {"error": "undoproxy_denied", "rule": rule, "reason": reason, "approval_id": approval_id},
+        {"X-Undoproxy-Decision": decision},
+    )
+
+
+def journal_unavailable(detail: str) -> http.Response:
+    """503: the mutation could not be written ahead, so it was not forwarded."""
+    return json_response(
+        503,
+        {
+            "error": "undoproxy_journal_unavailable",
+            "message": "the request was not forwarded because undoproxy could not journal it first",
+            "detail": detail,
+        },
+        {"Retry-After": "1"},
+    )
+
+
+def snapshot_failed(step_id: str, url: str, detail: str) -> http.Response:
+    """502: the snapshot before a mutation failed, so the mutation was not forwarded."""
+    return json_response(
+        502,
+        {
+            "error": "undoproxy_snapshot_failed",
+            "step": step_id,
+            "snapshot_url": url,
+            "message": "the request was not forwarded: "
+            "undoproxy could not snapshot its target first",
+            "detail": detail,
+        },
+    )

@@ -1,0 +1,210 @@
+"""Proxy and admin in one process: mitmproxy embedded as a library, in our own asyncio loop.
+
+Only the mitmproxy addons undoproxy needs are registered (core, proxyserver, next_layer,
+tlsconfig, disable_h2c, then ours): DumpMaster's ~35 defaults cost a third of the throughput,
+and its ErrorCheck exits the process on any early error. With a plain Master a taken port
+would fail silently, so start-up checks that the proxy really listens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from mitmproxy import options
+from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
+from mitmproxy.master import Master
+
+from undoproxy import cabundle
+from undoproxy.admin.app import create_app
+from undoproxy.admin.context import AdminContext
+from undoproxy.config import Config
+from undoproxy.credentials import CredentialBox, write_private
+from undoproxy.errors import UndoproxyError
+from undoproxy.events import EventBus
+from undoproxy.proxy.gate import Gate
+from undoproxy.proxy.identity import SessionIdentity
+from undoproxy.proxy.journaling import JournalAddon
+from undoproxy.proxy.streaming import Streaming
+from undoproxy.store.journal import Journal
+
+log = logging.getLogger(__name__)
+TOKEN_FILE = "admin-token"
+
+
+@dataclass
+class Running:
+    """A started undoproxy: what it listens on and what it owns."""
+
+    master: Master
+    admin: web.AppRunner
+    journal: Journal
+    context: AdminContext
+    proxy_address: tuple[str, int]
+    admin_address: tuple[str, int]
+    token_generated: bool
+    background: list[Any] = field(default_factory=list)
+
+
+def admin_token(config: Config) -> tuple[str, bool]:
+    """The admin token and whether it was generated now (kept in the state dir, mode 0600)."""
+    if config.admin_token:
+        return config.admin_token, False
+    path = config.state_dir / TOKEN_FILE
+    if path.exists():
+        return path.read_text().strip(), False
+    token = secrets.token_urlsafe(24)
+    write_private(path, token.encode())
+    return token, True
+
+
+def _prepare_state_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)
+
+
+async def start(config: Config) -> Running:
+    """Open the journal, start the proxy and the admin app; raise UndoproxyError on failure."""
+    logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+    _prepare_state_dir(config.state_dir)
+    token, generated = admin_token(config)
+    events = EventBus()
+    journal = await Journal.open(config.store_path, events)
+    box = CredentialBox.from_state_dir(config.state_dir)
+
+    opts = options.Options(
+        listen_host=config.proxy_listen[0],
+        listen_port=config.proxy_listen[1],
+        confdir=str(config.state_dir),
+        ssl_insecure=config.upstream_insecure,
+    )
+    master = Master(opts)
+    ours: list[Any] = [
+        SessionIdentity(journal, config.proxy_auth),
+        Streaming(),
+        Gate(config.rules, config.defaults_mutations, holder=None),
+        JournalAddon(journal),
+    ]
+    master.addons.add(
+        core.Core(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        disable_h2c.DisableH2C(),
+        *ours,
+    )
+    # Lazy: no upstream connection until a request is really forwarded, so a denied or held
+    # request never even opens a connection to its upstream.
+    master.options.update(connection_strategy="lazy")
+
+    ca_cert = cabundle.ensure_ca(config.state_dir)
+    ca_bundle = cabundle.write_bundle(config.state_dir)
+    context = AdminContext(
+        config=config,
+        journal=journal,
+        token=token,
+        ca_cert=ca_cert,
+        ca_bundle=ca_bundle,
+        proxy_address=config.proxy_listen,
+    )
+    context.extras["credentials"] = box
+
+    runner = web.AppRunner(create_app(context), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.admin_listen[0], config.admin_listen[1])
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        await journal.close()
+        raise UndoproxyError(
+            f"cannot listen for the admin API on "
+            f"{config.admin_listen[0]}:{config.admin_listen[1]}: "
+            f"{exc.strerror or exc}"
+        ) from None
+    admin_address = runner.addresses[0][:2]
+
+    run_task = asyncio.get_running_loop().create_task(master.run(), name="mitmproxy")
+    ps = master.addons.get("proxyserver")
+    while not ps.is_running and not run_task.done():
+        await asyncio.sleep(0.01)
+    addrs = ps.listen_addrs()
+    if not addrs:
+        master.shutdown()
+        with contextlib.suppress(Exception):
+            await run_task
+        await runner.cleanup()
+        await journal.close()
+        raise UndoproxyError(
+            f"cannot listen for agents on {config.proxy_listen[0]}:"
+            f"{config.proxy_listen[1]} (is the port taken?)"
+        )
+    proxy_address = (addrs[0][0], addrs[0][1])
+    context.proxy_address = proxy_address
+    running = Running(
+        master,
+        runner,
+        journal,
+        context,
+        proxy_address,
+        admin_address,
+        generated,
+        background=[run_task],
+    )
+    return running
+
+
+async def stop(running: Running) -> None:
+    """Stop accepting, then flush the journal and close it."""
+    running.master.shutdown()
+    for task in running.background:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await task
+    await running.admin.cleanup()
+    await running.journal.close()
+
+
+def banner(config: Config, running: Running) -> str:
+    """What `undoproxy run` prints once it is ready."""
+    ctx = running.context
+    ph, pp = running.proxy_address
+    ah, ap = running.admin_address
+    lines = [
+        f"undoproxy is running ({config.source or 'built-in defaults'})",
+        f"  proxy    http://{ph}:{pp}   (auth: {config.proxy_auth})",
+        f"  admin    http://{ah}:{ap}/",
+        f"  CA       {ctx.ca_cert}",
+        f"  bundle   {ctx.ca_bundle}",
+        f"  journal  {config.store_path}",
+    ]
+    if running.token_generated:
+        lines.append(
+            f"  token    {ctx.token}   (generated; kept in {config.state_dir / TOKEN_FILE})"
+        )
+    lines.append('Agents: eval "$(undoproxy env --session NAME)"   Stop: Ctrl-C')
+    return "\n".join(lines)
+
+
+async def serve(config: Config) -> None:
+    """Run until SIGINT/SIGTERM; the journal is flushed before returning."""
+    running = await start(config)
+    print(banner(config, running), flush=True)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, running.master.shutdown)
+    try:
+        await running.master.should_exit.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await stop(running)
+        print("undoproxy stopped; journal flushed", flush=True)

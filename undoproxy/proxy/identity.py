@@ -1,0 +1,114 @@
+"""Which session a request belongs to, and stripping what identified it before forwarding.
+
+Order: proxy-URL credentials (on the CONNECT of a tunnel, remembered for every request inside
+it; or on each plain-HTTP request), then the `X-Undoproxy-Session` header, then `default`.
+In `token` auth mode, credentials naming an existing session with its token are required,
+else the proxy answers 407 and forwards nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import logging
+
+from mitmproxy import connection, http
+
+from undoproxy.proxy import answers
+from undoproxy.proxy.state import KEY, FlowState
+from undoproxy.store.journal import Journal
+from undoproxy.store.records import MUTATING_METHODS
+
+log = logging.getLogger(__name__)
+SESSION_HEADER = "X-Undoproxy-Session"
+_STRIP = ("Proxy-Authorization", "Proxy-Connection", SESSION_HEADER)
+_MAX_ID = 128
+
+
+def parse_basic(value: str | None) -> tuple[str, str] | None:
+    """(user, password) from a `Basic` Proxy-Authorization value."""
+    if not value:
+        return None
+    scheme, _, encoded = value.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, _, password = base64.b64decode(encoded.strip()).decode("utf-8").partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return user, password
+
+
+def _valid_id(session_id: str) -> bool:
+    return 0 < len(session_id) <= _MAX_ID and session_id.isprintable() and "/" not in session_id
+
+
+class SessionIdentity:
+    """Attributes every flow to a session; answers 407 in token mode when that fails."""
+
+    def __init__(self, journal: Journal, auth: str) -> None:
+        self.journal = journal
+        self.auth = auth
+        self._tunnels: dict[str, str] = {}  # client connection id -> session id
+
+    def _check(self, creds: tuple[str, str] | None) -> tuple[str | None, str]:
+        """(session id, "") when accepted, else (None, why)."""
+        if creds is None:
+            if self.auth == "token":
+                return None, "proxy credentials required: use http://SESSION:TOKEN@host:port"
+            return "default", ""
+        session_id, token = creds
+        if not _valid_id(session_id):
+            return None, "invalid session id in the proxy credentials"
+        if self.auth == "token":
+            session = self.journal.sessions.get(session_id)
+            if session is None or not hmac.compare_digest(session.token, token):
+                return None, f"unknown session or wrong token for session {session_id!r}"
+        return session_id, ""
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        """Remember the tunnel's session (or refuse the tunnel with 407)."""
+        creds = parse_basic(flow.request.headers.get("Proxy-Authorization"))
+        if creds is None and self.auth != "token":
+            return  # requests inside may still name a session by header
+        session_id, why = self._check(creds)
+        if session_id is None:
+            flow.response = answers.proxy_auth_required(why)
+            return
+        self._tunnels[flow.client_conn.id] = session_id
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """Attribute the request to its session and strip the identifying headers."""
+        if flow.response is not None:
+            return
+        headers = flow.request.headers
+        session_id = self._tunnels.get(flow.client_conn.id)
+        if session_id is None:
+            plain = headers.get("Proxy-Authorization")
+            named = headers.get(SESSION_HEADER, "").strip()
+            if plain is not None or self.auth == "token":
+                session_id, why = self._check(parse_basic(plain))
+                if session_id is None:
+                    flow.response = answers.proxy_auth_required(why)
+                    flow.metadata[KEY] = FlowState("default", False, answered=True, journaled=False)
+                    _strip(headers)
+                    return
+            elif named and _valid_id(named):
+                session_id = named
+            else:
+                session_id = "default"
+        _strip(headers)
+        if session_id not in self.journal.sessions:
+            self.journal.ensure_session(session_id)
+        flow.metadata[KEY] = FlowState(session_id, flow.request.method in MUTATING_METHODS)
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        """Forget a closed tunnel."""
+        self._tunnels.pop(client.id, None)
+
+
+def _strip(headers: http.Headers) -> None:
+    for name in _STRIP:
+        if name in headers:
+            del headers[name]

@@ -1,0 +1,92 @@
+"""The write-ahead journal, as a mitmproxy addon.
+
+A mutation is committed to the journal as `pending` before it is forwarded; if that write fails
+the agent gets 503 and nothing is forwarded (like mitmproxy's save addon, we would rather stop
+traffic than let it through unrecorded). Afterwards the step becomes `succeeded`/`failed`, or
+`unknown` when the connection was lost after the request may have been sent. Reads are written
+once, after their response, in the writer's next batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from mitmproxy import http
+
+from undoproxy.errors import JournalError
+from undoproxy.proxy import answers
+from undoproxy.proxy.state import FlowState, state_of
+from undoproxy.proxy.steps import new_step, response_fields
+from undoproxy.store.journal import Journal
+from undoproxy.store.records import Step
+
+log = logging.getLogger(__name__)
+
+
+class JournalAddon:
+    """Journals every request of every session."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        """Write mutations ahead; record requests undoproxy answered itself."""
+        state = state_of(flow)
+        if state is None:
+            return
+        if flow.response is not None:  # denied, timed out, or refused earlier: nothing forwarded
+            if state.step is None and state.journaled:
+                self.journal.record(self._answered_step(flow, state))
+            return
+        if not state.is_mutation:
+            return
+        try:
+            if state.step is None:
+                await self.journal.write_ahead(new_step(flow, state, self.journal, "pending"))
+            else:  # written earlier (held, then approved): now it is about to be sent
+                await self.journal.update_now(state.step, status="pending", **state.pending_fields)
+        except JournalError as exc:
+            log.error("not forwarding %s %s: %s", flow.request.method, flow.request.pretty_url, exc)
+            state.answered = True
+            flow.response = answers.journal_unavailable(str(exc))
+
+    def _answered_step(self, flow: http.HTTPFlow, state: FlowState) -> Step:
+        step = new_step(flow, state, self.journal, "denied")
+        assert flow.response is not None
+        step.response_status = flow.response.status_code
+        step.duration_ms = round((time.monotonic() - state.started) * 1000, 3)
+        return step
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """Record the outcome."""
+        state = state_of(flow)
+        if state is None or state.answered:
+            return
+        fields = response_fields(flow, state)
+        if state.step is None:  # a read: one insert with everything
+            step = new_step(flow, state, self.journal, "succeeded")
+            for k, v in fields.items():
+                setattr(step, k, v)
+            self.journal.record(step)
+        else:
+            self.journal.update(state.step, **fields, **state.outcome_fields)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        """The upstream could not be reached or the connection broke."""
+        state = state_of(flow)
+        if state is None or state.answered:
+            return
+        message = flow.error.msg if flow.error else "connection error"
+        duration = round((time.monotonic() - state.started) * 1000, 3)
+        if state.step is None:
+            step = new_step(flow, state, self.journal, "failed")
+            step.error, step.duration_ms = message, duration
+            self.journal.record(step)
+            return
+        # Connected upstream: the request may have been sent, so its outcome is unknown.
+        server = flow.server_conn
+        sent = server is not None and server.timestamp_tcp_setup is not None
+        self.journal.update(
+            state.step, status="unknown" if sent else "failed", error=message, duration_ms=duration
+        )

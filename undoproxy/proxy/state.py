@@ -1,0 +1,37 @@
+"""What undoproxy decided about one flow, kept on `flow.metadata[KEY]` from hook to hook."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mitmproxy import http
+
+from undoproxy.store.records import Step
+
+KEY = "undoproxy"
+
+
+@dataclass
+class FlowState:
+    """Decisions about one request: its session, its rule and its journal step."""
+
+    session_id: str
+    is_mutation: bool
+    started: float = field(default_factory=time.monotonic)
+    rule: Any = None  # undoproxy.rules.Rule when one matched
+    captures: dict[str, str] = field(default_factory=dict)
+    action: str = "pass"  # pass (reads) | allow | log | hold | deny
+    step: Step | None = None
+    answered: bool = False  # undoproxy answered the agent itself (403, 407, 503, 502)
+    journaled: bool = True  # False for a 407: no session, nothing to attribute
+    plan: Any = None  # the compensation plan (compensators), when there is one
+    pending_fields: dict[str, Any] = field(default_factory=dict)  # written ahead with the step
+    outcome_fields: dict[str, Any] = field(default_factory=dict)  # written with the outcome
+
+
+def state_of(flow: http.HTTPFlow) -> FlowState | None:
+    """The state an earlier hook left on the flow, if any."""
+    value = flow.metadata.get(KEY)
+    return value if isinstance(value, FlowState) else None

@@ -1,0 +1,286 @@
+"""Parse what a rule does with a match: risk, action, snapshot, compensate, timeout and texts."""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+from undoproxy.compensators.catalog import NEEDS_SNAPSHOT, known_names
+from undoproxy.durations import parse_duration
+from undoproxy.errors import ConfigError, Location
+from undoproxy.rules.model import (
+    ACTIONS,
+    HTTP_METHODS,
+    ON_SNAPSHOT_ERROR,
+    READ_METHODS,
+    RISKS,
+    SnapshotSpec,
+)
+from undoproxy.rules.templates import Capture, Reference, TemplateSyntaxError, iter_parts
+from undoproxy.yamlsource import YDict, YList
+
+RULE_ACTION_KEYS: frozenset[str] = frozenset(
+    {
+        "risk",
+        "action",
+        "snapshot",
+        "compensate",
+        "timeout",
+        "on_snapshot_error",
+        "reason",
+        "description",
+    }
+)
+SNAPSHOT_KEYS: frozenset[str] = frozenset({"url"})
+COMPENSATE_KEYS: frozenset[str] = frozenset({"method", "url", "body", "headers"})
+
+
+class Problems:
+    """Collects every ConfigError found, so one run reports them all."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    def add(self, where: Location, message: str) -> None:
+        """Record one error at `where`."""
+        self.errors.append(ConfigError(where, message))
+
+    @staticmethod
+    def suggest(word: str, choices: Iterable[str]) -> str:
+        """`" (did you mean 'x'?)"` when a choice is close to `word`, else the valid choices."""
+        options = sorted(choices)
+        close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+        if close:
+            return f" (did you mean {close[0]!r}?)"
+        if len(options) <= 12:
+            return f" (expected one of: {', '.join(options)})"
+        return ""
+
+
+def unknown_keys(
+    d: dict[str, Any],
+    allowed: frozenset[str],
+    what: str,
+    problems: Problems,
+    *,
+    elsewhere: tuple[frozenset[str], str] | None = None,
+) -> None:
+    """Report every key of `d` not in `allowed`, with a suggestion."""
+    for key in d:
+        if key in allowed:
+            continue
+        where = d.where(key) if isinstance(d, YDict) else Location("", 0)
+        if elsewhere is not None and key in elsewhere[0]:
+            hint = f" (did you mean to put it under {elsewhere[1]}?)"
+        else:
+            hint = Problems.suggest(key, allowed)
+        problems.add(where, f"unknown key {key!r} in {what}{hint}")
+
+
+def parse_actions(
+    d: dict[str, Any],
+    loc: Location,
+    methods: frozenset[str] | None,
+    captures: tuple[str, ...],
+    problems: Problems,
+) -> dict[str, Any]:
+    """The Rule fields other than name, where, methods and match_spec, validated."""
+    risk = _choice(d, "risk", RISKS, "medium", loc, problems)
+    action = _choice(d, "action", ACTIONS, "allow", loc, problems)
+    on_error = _choice(d, "on_snapshot_error", ON_SNAPSHOT_ERROR, "block", loc, problems)
+    snapshot = _snapshot(d, loc, captures, problems)
+    compensate = _compensate(d, loc, captures, problems)
+    reads_only = methods is not None and methods <= READ_METHODS
+    if reads_only and snapshot is not None:
+        problems.add(at(d, "snapshot", loc), _reads_only("snapshot", methods))
+    if reads_only and isinstance(compensate, str) and compensate in NEEDS_SNAPSHOT:
+        problems.add(at(d, "compensate", loc), _reads_only(f"compensate: {compensate}", methods))
+    if reads_only and isinstance(compensate, dict) and _refers_to_snapshot(compensate):
+        problems.add(at(d, "compensate", loc), _reads_only("${snapshot.body}", methods))
+    timeout = None
+    if d.get("timeout") is not None:
+        try:
+            timeout = parse_duration(d["timeout"])
+            if timeout <= 0:
+                raise ValueError(f"timeout must be more than zero, got {d['timeout']!r}")
+            if action != "hold":
+                raise ValueError("timeout only applies to rules with action: hold")
+        except ValueError as exc:
+            problems.add(at(d, "timeout", loc), str(exc))
+    return {
+        "risk": risk,
+        "action": action,
+        "on_snapshot_error": on_error,
+        "snapshot": snapshot,
+        "compensate": compensate,
+        "timeout": timeout,
+        "reason": _text(d, "reason", loc, problems),
+        "description": _text(d, "description", loc, problems),
+    }
+
+
+def _reads_only(what: str, methods: frozenset[str] | None) -> str:
+    listed = ", ".join(sorted(methods or ()))
+    return f"{what} needs a mutation, but this rule only matches reads ({listed})"
+
+
+def _choice(
+    d: dict[str, Any], key: str, choices: tuple[str, ...], default: str, loc: Location, p: Problems
+) -> str:
+    value = d.get(key)
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().lower() in choices:
+        return value.strip().lower()
+    p.add(at(d, key, loc), f"invalid {key} {value!r}{Problems.suggest(str(value), choices)}")
+    return default
+
+
+def _text(d: dict[str, Any], key: str, loc: Location, problems: Problems) -> str | None:
+    value = d.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    problems.add(at(d, key, loc), f"{key} must be text, got {value!r}")
+    return None
+
+
+def _snapshot(
+    d: dict[str, Any], loc: Location, captures: tuple[str, ...], problems: Problems
+) -> SnapshotSpec | None:
+    value = d.get("snapshot")
+    where = at(d, "snapshot", loc)
+    if value is None or value is False:
+        return None
+    if value is True:
+        return SnapshotSpec(None)
+    if not isinstance(value, dict):
+        problems.add(where, "snapshot must be true, false or {url: /path/{capture}}")
+        return None
+    unknown_keys(value, SNAPSHOT_KEYS, "snapshot", problems)
+    url = value.get("url")
+    if url is None:
+        return SnapshotSpec(None)
+    url_where = at(value, "url", where)
+    if not isinstance(url, str) or not url.strip():
+        problems.add(url_where, f"snapshot url must be a URL or path, got {url!r}")
+        return None
+    # The snapshot is taken before the request is sent: only the request is known then.
+    _check_template(url, url_where, "snapshot url", captures, ("request.body",), problems)
+    return SnapshotSpec(url)
+
+
+def _compensate(
+    d: dict[str, Any], loc: Location, captures: tuple[str, ...], problems: Problems
+) -> str | dict[str, Any] | None:
+    value = d.get("compensate")
+    where = at(d, "compensate", loc)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        name = value.strip()
+        if name in known_names():
+            return name
+        problems.add(where, f"unknown compensator {value!r}{Problems.suggest(name, known_names())}")
+        return None
+    if not isinstance(value, dict):
+        problems.add(
+            where, "compensate must be a compensator name or {method, url, body?, headers?}"
+        )
+        return None
+    unknown_keys(value, COMPENSATE_KEYS, "compensate", problems)
+    method = value.get("method")
+    if method is None:
+        problems.add(where, "compensate needs a method (e.g. method: DELETE)")
+    elif not isinstance(method, str) or method.strip().upper() not in HTTP_METHODS:
+        hint = Problems.suggest(str(method).upper(), HTTP_METHODS)
+        problems.add(at(value, "method", where), f"unknown compensate method {method!r}{hint}")
+    url = value.get("url")
+    if url is None:
+        problems.add(where, "compensate needs a url (absolute, or a path on the same host)")
+    elif not isinstance(url, str) or not url.strip():
+        problems.add(at(value, "url", where), f"compensate url must be text, got {url!r}")
+    headers = value.get("headers")
+    if headers is not None and not isinstance(headers, dict):
+        problems.add(at(value, "headers", where), "compensate headers must be a mapping")
+    elif headers is not None:
+        for name, text in headers.items():
+            if not isinstance(text, str | int | float) or isinstance(text, bool):
+                problems.add(at(headers, name, where), f"header {name} must be text, got {text!r}")
+    for key in ("url", "body", "headers"):
+        if key in value:
+            _check_template(
+                value[key], at(value, key, where), f"compensate {key}", captures, None, problems
+            )
+    out: dict[str, Any] = plain(value)
+    if isinstance(method, str):
+        out["method"] = method.strip().upper()
+    if isinstance(headers, dict):
+        out["headers"] = {str(k): str(v) for k, v in headers.items()}
+    return out
+
+
+def _check_template(
+    value: Any,
+    where: Location,
+    what: str,
+    captures: tuple[str, ...],
+    sources: tuple[str, ...] | None,
+    problems: Problems,
+) -> None:
+    """Check every string inside `value`: it parses, its captures exist, its sources are allowed."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_template(v, at(value, k, where), what, captures, sources, problems)
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            item_at = value.where(i) if isinstance(value, YList) else where
+            _check_template(v, item_at, what, captures, sources, problems)
+        return
+    try:
+        parts = iter_parts(value)
+    except TemplateSyntaxError as exc:
+        problems.add(where, f"{what}: {exc}")
+        return
+    for part in parts:
+        if isinstance(part, Capture) and part.name not in captures:
+            have = (
+                f"it captures {', '.join('{' + c + '}' for c in captures)}"
+                if captures
+                else "it captures nothing"
+            )
+            problems.add(
+                where, f"{what} uses {{{part.name}}} but match.path has no {{{part.name}}} ({have})"
+            )
+        elif isinstance(part, Reference) and sources is not None and part.source not in sources:
+            problems.add(
+                where,
+                f"{what} cannot use ${{{part.text}}}: only {', '.join(sources)} is known then",
+            )
+
+
+def _refers_to_snapshot(value: Any) -> bool:
+    try:
+        return any(
+            isinstance(p, Reference) and p.source == "snapshot.body" for p in iter_parts(value)
+        )
+    except TemplateSyntaxError:
+        return False
+
+
+def plain(value: Any) -> Any:
+    """Loaded YAML as plain dicts, lists and JSON scalars (YAML dates become ISO strings)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return value
+
+
+def at(d: Any, key: str, default: Location) -> Location:
+    """Where `key` of a loaded mapping is, or `default` for a plain dict."""
+    return d.where(key) if isinstance(d, YDict) else default

@@ -1,0 +1,149 @@
+"""The text `undoproxy rules explain METHOD URL` prints: which rule matches a request and why."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from undoproxy.compensators.catalog import GENERIC, PACKS
+from undoproxy.rules.model import READ_METHODS, Rule, Verdict
+from undoproxy.rules.request import NOT_JSON, RequestView
+from undoproxy.rules.templates import TemplateContext, render_known, template_references_response
+
+_ACTIONS = {
+    "allow": "forwarded and journaled",
+    "hold": "held until a person approves or denies it in the admin page",
+    "deny": "never forwarded; the agent gets 403 undoproxy_blocked",
+}
+_DEFAULT_MUTATIONS = {
+    "allow": "it is forwarded",
+    "log": "it is forwarded and journaled",
+    "hold": "it is held until a person approves or denies it",
+    "deny": "it is blocked with 403 undoproxy_blocked",
+}
+_DEFAULT_COMPENSATE = {
+    "auto": "inferred from the traffic (defaults.compensate: auto)",
+    "none": "none: the step is irreversible (defaults.compensate: none)",
+}
+
+
+def format_explanation(
+    req: RequestView,
+    verdicts: list[Verdict],
+    *,
+    default_mutations: str,
+    default_compensate: str = "auto",
+) -> str:
+    """Explain `RuleSet.explain(req)` to a person: each rule tried, then what happens."""
+    lines = [f"Request: {req.method} {req.url}"]
+    if req.body:
+        lines.append(f"Body:    {_body_summary(req)}")
+    lines.append("")
+    if verdicts:
+        lines.append("Rules, in order (first match wins):")
+        for n, verdict in enumerate(verdicts, 1):
+            lines.append(f"  {n}. {verdict.rule.name}  ({verdict.rule.where})")
+            if verdict.matched:
+                lines.append("     MATCH")
+            else:
+                first, *rest = verdict.reasons or ("did not match",)
+                lines.append(f"     no: {first}")
+                lines.extend(f"         {reason}" for reason in rest)
+        lines.append("")
+    else:
+        lines.append("No rules are configured.")
+    last = verdicts[-1] if verdicts else None
+    if last is not None and last.matched:
+        lines.extend(_matched(req, last, default_compensate))
+    else:
+        if verdicts:
+            lines.append("No rule matches.")
+        lines.extend(_default(req, default_mutations, default_compensate))
+    return "\n".join(lines) + "\n"
+
+
+def _matched(req: RequestView, verdict: Verdict, default_compensate: str) -> list[str]:
+    rule = verdict.rule
+    captures = ", ".join(f"{k}={v}" for k, v in verdict.captures.items()) or "(none)"
+    ctx = TemplateContext(captures=verdict.captures, request_body=_request_body(req))
+    action = f"{rule.action}: {_ACTIONS.get(rule.action, rule.action)}"
+    if rule.action == "hold" and rule.timeout is not None:
+        action += f" (times out after {rule.timeout:g}s)"
+    out = [
+        f"Matched: {rule.name}  ({rule.where})",
+        f"  captures:      {captures}",
+        f"  action:        {action}",
+        f"  risk:          {rule.risk}",
+    ]
+    if rule.reason:
+        out.append(f"  reason:        {rule.reason}")
+    if rule.action != "deny":
+        out.append(f"  snapshot:      {_snapshot(req, rule, ctx)}")
+        out.append(f"  compensation:  {_compensation(req, rule, ctx, default_compensate)}")
+    if rule.description:
+        out.append(f"  description:   {rule.description}")
+    return out
+
+
+def _default(req: RequestView, default_mutations: str, default_compensate: str) -> list[str]:
+    if req.method in READ_METHODS:
+        return [f"By default: {req.method} is a read, so it passes (and is journaled)."]
+    happens = _DEFAULT_MUTATIONS.get(
+        default_mutations, f"defaults.mutations is {default_mutations}"
+    )
+    out = [
+        f"By default: {req.method} is a mutation and defaults.mutations is "
+        f"{default_mutations}, so {happens}."
+    ]
+    if default_mutations != "deny":
+        out.append(
+            f"Compensation:  {_DEFAULT_COMPENSATE.get(default_compensate, default_compensate)}"
+        )
+    return out
+
+
+def _snapshot(req: RequestView, rule: Rule, ctx: TemplateContext) -> str:
+    spec = rule.effective_snapshot
+    if spec is None:
+        return "none"
+    if spec.url_template is None:
+        url = req.url
+    else:
+        rendered = render_known(spec.url_template, ctx)
+        url = req.resolve(rendered) if isinstance(rendered, str) else str(rendered)
+    return f"GET {url} before forwarding (if it fails: {rule.on_snapshot_error})"
+
+
+def _compensation(req: RequestView, rule: Rule, ctx: TemplateContext, default: str) -> str:
+    comp = rule.compensate
+    if comp is None:
+        if req.method in READ_METHODS:
+            return "none needed (a read)"
+        return "not given, so " + _DEFAULT_COMPENSATE.get(default, default)
+    if isinstance(comp, str):
+        described = GENERIC.get(comp) or PACKS.get(comp)
+        return f"{comp}: {described}" if described else comp
+    url = render_known(comp.get("url", ""), ctx)
+    text = f"{comp.get('method', '?')} {req.resolve(url) if isinstance(url, str) else url}"
+    if "body" in comp:
+        text += f" body {_compact(render_known(comp['body'], ctx))}"
+    if template_references_response(comp):
+        text += " (completed from the response)"
+    return text
+
+
+def _request_body(req: RequestView) -> Any:
+    doc = req.json
+    return None if doc is NOT_JSON else doc
+
+
+def _body_summary(req: RequestView) -> str:
+    doc = req.json
+    if doc is NOT_JSON:
+        return f"(not JSON, {len(req.body)} bytes)"
+    return _compact(doc)
+
+
+def _compact(value: Any, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,109 @@
+"""`MatchSpec`: the compiled `match:` block of one rule (everything but the method)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from undoproxy.rules.conditions import BodyCondition, FieldCondition
+from undoproxy.rules.patterns import HostPattern, PathTemplate
+from undoproxy.rules.request import NOT_JSON, RequestView
+
+
+@dataclass(frozen=True)
+class MatchSpec:
+    """Host patterns (any of), path template, and query/header/body conditions (all of).
+
+    An empty spec matches every request. Methods live on the `Rule` itself because the rule
+    index filters on them before a spec is ever consulted.
+    """
+
+    hosts: tuple[HostPattern, ...] = ()
+    path: PathTemplate | None = None
+    query: tuple[FieldCondition, ...] = ()
+    headers: tuple[FieldCondition, ...] = ()
+    body: tuple[BodyCondition, ...] = ()
+
+    def host_matches(self, host: str, port: int) -> bool:
+        """True when any host pattern matches (or there is none)."""
+        if not self.hosts:
+            return True
+        return any(h.matches(host, port) for h in self.hosts)
+
+    def match_rest(self, req: RequestView) -> dict[str, str] | None:
+        """Path captures when path, query, headers and body all match; host is checked apart."""
+        if self.path is None:
+            captures: dict[str, str] = {}
+        else:
+            found = self.path.match(req.path)
+            if found is None:
+                return None
+            captures = found
+        for q in self.query:
+            if not q.holds(query_values(req, q.name)):
+                return None
+        for h in self.headers:
+            if not h.holds(header_values(req, h.name)):
+                return None
+        if self.body:
+            doc = req.json  # parsed here, and only here: most requests never need it
+            is_json = doc is not NOT_JSON
+            for b in self.body:
+                if not b.holds(doc, is_json):
+                    return None
+        return captures
+
+    def mismatches(self, req: RequestView) -> list[str]:
+        """Every reason this spec does not match `req` (empty when it matches)."""
+        reasons: list[str] = []
+        if not self.host_matches(req.host, req.port):
+            wanted = " or ".join(h.text for h in self.hosts)
+            # The port only matters when a pattern names one, so only then is it shown.
+            shown = req.host
+            if any(h.port is not None for h in self.hosts):
+                shown = f"{req.host}:{req.port}"
+            reasons.append(f"host {shown} does not match {wanted}")
+        if self.path is not None and self.path.match(req.path) is None:
+            reasons.append(f"path {req.path} does not match {self.path.text}")
+        for q in self.query:
+            values = query_values(req, q.name)
+            if not q.holds(values):
+                reasons.append(f"query {q.name}={_values(values)} fails {q.condition.describe()}")
+        for h in self.headers:
+            values = header_values(req, h.name)
+            if not h.holds(values):
+                reasons.append(f"header {h.name}: {_values(values)} fails {h.condition.describe()}")
+        doc = req.json if self.body else NOT_JSON
+        for b in self.body:
+            is_json = doc is not NOT_JSON
+            if b.holds(doc, is_json):
+                continue
+            if not is_json:
+                reasons.append(f"body is not JSON, so {b.describe()} fails")
+            else:
+                found = b.path.find(doc)
+                reasons.append(
+                    f"body {b.path.text} = {_values(found)} fails {b.condition.describe()}"
+                )
+        return reasons
+
+
+def query_values(req: RequestView, name: str) -> list[str]:
+    """Every value of query parameter `name`, in order."""
+    return [v for k, v in req.query if k == name]
+
+
+def header_values(req: RequestView, name: str) -> list[str]:
+    """The (comma-joined) value of header `name` as a one-item list, or an empty list."""
+    value = req.headers.get(name)
+    return [] if value is None else [value]
+
+
+def _values(values: list[Any]) -> str:
+    """Selected values, short enough for one line of an explanation."""
+    if not values:
+        return "(nothing)"
+    shown = values[0] if len(values) == 1 else values
+    text = json.dumps(shown, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."

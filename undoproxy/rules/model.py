@@ -1,0 +1,114 @@
+"""The rule model: what a parsed rule says, and what matching it produced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
+from undoproxy.errors import Location
+from undoproxy.rules.matcher import MatchSpec
+from undoproxy.rules.request import RequestView
+from undoproxy.rules.templates import template_references_snapshot
+
+HTTP_METHODS: Final = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+)
+READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+RISKS: Final = ("low", "medium", "high", "critical")
+ACTIONS: Final = ("allow", "hold", "deny")
+ON_SNAPSHOT_ERROR: Final = ("block", "proceed")
+
+
+@dataclass(frozen=True)
+class SnapshotSpec:
+    """`snapshot:` of a rule: GET `url_template` (None: the request's own URL) before forwarding."""
+
+    url_template: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """One rule as loaded: what it matches and what undoproxy does with a match.
+
+    Compared and hashed by identity (names are unique within a RuleSet). `match_spec` holds the
+    compiled `match:` block except `methods`; a Rule built by hand with only `name` and `where`
+    matches every request.
+    """
+
+    name: str
+    where: Location
+    risk: str = "medium"
+    action: str = "allow"
+    methods: frozenset[str] | None = None
+    snapshot: SnapshotSpec | None = None
+    compensate: str | dict[str, Any] | None = None
+    timeout: float | None = None
+    on_snapshot_error: str = "block"
+    reason: str | None = None
+    description: str | None = None
+    match_spec: MatchSpec = field(default_factory=MatchSpec, repr=False)
+
+    def snapshot_needed(self) -> bool:
+        """True when a GET snapshot must be taken before forwarding a matching request.
+
+        That is: `snapshot` is given, `compensate` names a compensator that restores from a
+        snapshot, or an explicit compensation template refers to `${snapshot.body...}`.
+        """
+        if self.snapshot is not None:
+            return True
+        if isinstance(self.compensate, str):
+            return self.compensate in NEEDS_SNAPSHOT
+        if isinstance(self.compensate, dict):
+            return template_references_snapshot(self.compensate)
+        return False
+
+    @property
+    def effective_snapshot(self) -> SnapshotSpec | None:
+        """The snapshot to take: `snapshot`, or the request's own URL when one is needed."""
+        if self.snapshot is not None:
+            return self.snapshot
+        return SnapshotSpec(None) if self.snapshot_needed() else None
+
+    @property
+    def path_captures(self) -> tuple[str, ...]:
+        """Names of the `{captures}` in `match.path`."""
+        return self.match_spec.path.captures if self.match_spec.path else ()
+
+    def matches(self, req: RequestView) -> dict[str, str] | None:
+        """The path captures when this rule alone matches `req`, else None (no index used)."""
+        if self.methods is not None and req.method not in self.methods:
+            return None
+        if not self.match_spec.host_matches(req.host, req.port):
+            return None
+        return self.match_spec.match_rest(req)
+
+    def verdict(self, req: RequestView) -> Verdict:
+        """Whether this rule matches `req`, with every reason when it does not."""
+        reasons = self.match_spec.mismatches(req)
+        if self.methods is not None and req.method not in self.methods:
+            # Reasons read in match order: host, method, path, query, headers, body.
+            at = 0 if self.match_spec.host_matches(req.host, req.port) else 1
+            reasons.insert(at, f"method {req.method} is not {', '.join(sorted(self.methods))}")
+        if reasons:
+            return Verdict(self, False, tuple(reasons), {})
+        captures = self.match_spec.match_rest(req) or {}
+        return Verdict(self, True, (), captures)
+
+
+@dataclass(frozen=True)
+class Match:
+    """The first rule that matched a request, and the path captures it took."""
+
+    rule: Rule
+    captures: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One rule considered by `RuleSet.explain`: matched, or the reasons it did not."""
+
+    rule: Rule
+    matched: bool
+    reasons: tuple[str, ...] = ()
+    captures: dict[str, str] = field(default_factory=dict)

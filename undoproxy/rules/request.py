@@ -1,0 +1,198 @@
+"""`RequestView`: the plain, read-only picture of one request that rules are matched against.
+
+Built once per proxied request, so it does as little as possible up front: the URL is split,
+the headers are copied into a lower-case dict, and the query string and the JSON body are only
+parsed the first time a rule asks for them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+from urllib.parse import parse_qsl, urljoin, urlsplit
+
+DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+
+# RFC 3986 unreserved characters: percent-encoding them changes nothing for the server, so a
+# rule on `/admin/**` must not be sidestepped by writing `/%61dmin/`.
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+class _NotJson:
+    """Type of the `NOT_JSON` sentinel."""
+
+    _instance: _NotJson | None = None
+
+    def __new__(cls) -> _NotJson:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NOT_JSON"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NOT_JSON: Final = _NotJson()
+"""`RequestView.json` when the body is empty or is not JSON (distinct from a JSON `null`)."""
+
+_UNPARSED: Final = object()
+
+
+def normalize_path(path: str) -> str:
+    """The path as rules see it: no query, unreserved escapes decoded, dot segments resolved."""
+    if not path:
+        return "/"
+    if "%" in path:
+        path = _PERCENT.sub(_decode_unreserved, path)
+    if "/." in path:
+        path = _remove_dot_segments(path)
+    return path
+
+
+def _decode_unreserved(m: re.Match[str]) -> str:
+    char = chr(int(m.group(1), 16))
+    return char if char in _UNRESERVED else "%" + m.group(1).upper()
+
+
+def _remove_dot_segments(path: str) -> str:
+    out: list[str] = []
+    segments = path.split("/")
+    for i, seg in enumerate(segments):
+        last = i == len(segments) - 1
+        if seg == ".":
+            if last:
+                out.append("")
+        elif seg == "..":
+            if len(out) > 1:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(seg)
+    result = "/".join(out)
+    return result if result.startswith("/") else "/" + result
+
+
+class RequestView:
+    """One request as plain data: method, URL parts, lower-case headers, body bytes.
+
+    `path` is normalized (see `normalize_path`) but keeps its remaining percent-escapes, so a
+    capture taken from it can be put straight back into a URL.
+    """
+
+    __slots__ = (
+        "_json",
+        "_query",
+        "body",
+        "headers",
+        "host",
+        "method",
+        "path",
+        "port",
+        "raw_query",
+        "scheme",
+        "url",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        scheme: str,
+        host: str,
+        port: int,
+        path: str,
+        raw_query: str,
+        headers: dict[str, str],
+        body: bytes,
+        url: str,
+    ) -> None:
+        self.method = method
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.path = path
+        self.raw_query = raw_query
+        self.headers = headers
+        self.body = body
+        self.url = url
+        self._query: list[tuple[str, str]] | None = None
+        self._json: Any = _UNPARSED
+
+    @classmethod
+    def from_parts(
+        cls,
+        method: str,
+        url: str,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]],
+        body: bytes,
+    ) -> RequestView:
+        """Build a view from an absolute http(s) URL; raises ValueError for anything else."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in DEFAULT_PORTS:
+            raise ValueError(f"not an absolute http(s) URL: {url!r}")
+        host = parts.hostname
+        if not host:
+            raise ValueError(f"URL has no host: {url!r}")
+        port = parts.port or DEFAULT_PORTS[scheme]  # .port raises ValueError when out of range
+        pairs = headers.items() if isinstance(headers, Mapping) else headers
+        folded: dict[str, str] = {}
+        for name, value in pairs:
+            key = name.lower()
+            # Repeated headers read as one comma-joined value, as RFC 9110 allows for lists.
+            folded[key] = f"{folded[key]}, {value}" if key in folded else value
+        return cls(
+            method=method.upper(),
+            scheme=scheme,
+            host=host.rstrip("."),
+            port=port,
+            path=normalize_path(parts.path),
+            raw_query=parts.query,
+            headers=folded,
+            body=body or b"",
+            url=url,
+        )
+
+    @property
+    def query(self) -> list[tuple[str, str]]:
+        """Decoded query parameters in order; repeats kept; `?flag` gives `("flag", "")`."""
+        if self._query is None:
+            self._query = parse_qsl(self.raw_query, keep_blank_values=True)
+        return self._query
+
+    @property
+    def json(self) -> Any:
+        """The parsed JSON body, or `NOT_JSON` when the body is empty or does not parse.
+
+        Parsed regardless of Content-Type (agents often omit it), and only once.
+        """
+        if self._json is _UNPARSED:
+            if not self.body.strip():
+                self._json = NOT_JSON
+            else:
+                try:
+                    self._json = json.loads(self.body)
+                except (ValueError, RecursionError):
+                    self._json = NOT_JSON
+        return self._json
+
+    @property
+    def origin(self) -> str:
+        """`scheme://host[:port]`, the port omitted when it is the scheme's default."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if DEFAULT_PORTS[self.scheme] == self.port:
+            return f"{self.scheme}://{host}"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    def resolve(self, url: str) -> str:
+        """An absolute URL for `url`; a relative one goes to this request's scheme, host, port."""
+        return urljoin(self.origin + "/", url)
+
+    def __repr__(self) -> str:
+        return f"RequestView({self.method} {self.url})"

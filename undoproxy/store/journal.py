@@ -1,0 +1,199 @@
+"""The journal: sessions and steps, written through one writer, read through a second connection.
+
+Mutations are written ahead (`write_ahead` returns once the row is committed); everything else
+is submitted and committed in the next batch. Sessions are cached in memory because every
+proxied request needs its session's state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from undoproxy.events import EventBus
+from undoproxy.store import schema
+from undoproxy.store.records import STEP_COLUMNS, Session, Step, encode_fields
+from undoproxy.store.writer import JournalWriter
+
+_INSERT_STEP = (
+    f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in STEP_COLUMNS)})"
+)
+_SESSION_COLUMNS = ("id", "token", "intent", "agent", "state", "created_at", "updated_at")
+
+
+class Journal:
+    """Sessions and steps of every agent, durable in SQLite."""
+
+    def __init__(
+        self, write_conn: aiosqlite.Connection, read_conn: aiosqlite.Connection, events: EventBus
+    ) -> None:
+        self.writer = JournalWriter(write_conn)
+        self._write_conn = write_conn
+        self._read = read_conn
+        self.events = events
+        self.sessions: dict[str, Session] = {}
+        self._seq: dict[str, int] = {}
+
+    @classmethod
+    async def open(cls, path: Path, events: EventBus | None = None) -> Journal:
+        """Open (creating or migrating) the journal at `path` and recover from a crash."""
+        write_conn = await schema.connect(path)
+        await schema.migrate(write_conn)
+        read_conn = await schema.connect(path)
+        read_conn.row_factory = aiosqlite.Row
+        journal = cls(write_conn, read_conn, events or EventBus())
+        await journal._recover()
+        journal.writer.start()
+        return journal
+
+    async def close(self) -> None:
+        """Commit everything queued, then close both connections."""
+        await self.writer.close()
+        await self._read.close()
+        await self._write_conn.close()
+
+    async def _recover(self) -> None:
+        # A mutation still `pending` was journaled and perhaps sent when we last stopped:
+        # its outcome is unknown, and rollback must re-read the target before deciding.
+        now = time.time()
+        await self._write_conn.execute(
+            "UPDATE steps SET status='unknown', updated_at=?, error=coalesce(error, "
+            "'undoproxy stopped before the outcome was recorded') WHERE status='pending'",
+            (now,),
+        )
+        await self._write_conn.execute(
+            "UPDATE sessions SET state='rollback_incomplete', updated_at=? "
+            "WHERE state='rolling_back'",
+            (now,),
+        )
+        async with self._read.execute(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions") as c:
+            for row in await c.fetchall():
+                self.sessions[row["id"]] = Session(**dict(row))
+        async with self._read.execute(
+            "SELECT session_id, max(seq) AS seq FROM steps GROUP BY session_id"
+        ) as c:
+            for row in await c.fetchall():
+                self._seq[row["session_id"]] = row["seq"]
+
+    # --- sessions -------------------------------------------------------------------------
+
+    def add_session(self, session: Session) -> Session:
+        """Register a new session (queued for commit before any of its steps)."""
+        self.sessions[session.id] = session
+        self.writer.submit(
+            f"INSERT INTO sessions ({', '.join(_SESSION_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            tuple(getattr(session, c) for c in _SESSION_COLUMNS),
+        )
+        self.events.publish("session", session_summary(session))
+        return session
+
+    def ensure_session(self, session_id: str) -> Session:
+        """The session with this id, created on first use."""
+        return self.sessions.get(session_id) or self.add_session(Session(id=session_id))
+
+    async def set_session_state(self, session_id: str, state: str) -> Session:
+        """Change a session's state durably."""
+        session = self.sessions[session_id]
+        session.state, session.updated_at = state, time.time()
+        await self.writer.write(
+            "UPDATE sessions SET state=?, updated_at=? WHERE id=?",
+            (state, session.updated_at, session_id),
+        )
+        self.events.publish("session", session_summary(session))
+        return session
+
+    def next_seq(self, session_id: str) -> int:
+        """The next step number of a session (1, 2, ...)."""
+        seq = self._seq.get(session_id, 0) + 1
+        self._seq[session_id] = seq
+        return seq
+
+    # --- steps ----------------------------------------------------------------------------
+
+    async def write_ahead(self, step: Step) -> None:
+        """Insert a step and wait until it is committed (raises JournalError otherwise)."""
+        await self.writer.write(_INSERT_STEP, step.to_row())
+        self.events.publish("step", step_event(step))
+
+    def record(self, step: Step) -> None:
+        """Insert a step without waiting (reads, blocked requests)."""
+        self.writer.submit(_INSERT_STEP, step.to_row())
+        self.events.publish("step", step_event(step))
+
+    def _update_sql(self, step_id: str, values: dict[str, Any]) -> tuple[str, list[Any]]:
+        values = {**values, "updated_at": time.time()}
+        encoded = encode_fields(values)
+        sets = ", ".join(f"{k}=?" for k in encoded)
+        return f"UPDATE steps SET {sets} WHERE id=?", [*encoded.values(), step_id]
+
+    def update(self, step: Step, **values: Any) -> None:
+        """Change some fields of a step without waiting."""
+        for k, v in values.items():
+            setattr(step, k, v)
+        self.writer.submit(*self._update_sql(step.id, values))
+        self.events.publish("step", step_event(step))
+
+    async def update_now(self, step: Step, **values: Any) -> None:
+        """Change some fields of a step and wait for the commit."""
+        for k, v in values.items():
+            setattr(step, k, v)
+        await self.writer.write(*self._update_sql(step.id, values))
+        self.events.publish("step", step_event(step))
+
+    async def steps(self, session_id: str, *, mutations_only: bool = False) -> list[Step]:
+        """A session's steps in order (committed ones: call `writer.flush()` first to see all)."""
+        sql = "SELECT * FROM steps WHERE session_id=?"
+        if mutations_only:
+            sql += " AND is_mutation=1"
+        async with self._read.execute(sql + " ORDER BY seq", (session_id,)) as cur:
+            return [Step.from_row(dict(r)) for r in await cur.fetchall()]
+
+    async def step(self, step_id: str) -> Step | None:
+        """One step by id."""
+        async with self._read.execute("SELECT * FROM steps WHERE id=?", (step_id,)) as cur:
+            row = await cur.fetchone()
+        return Step.from_row(dict(row)) if row else None
+
+    async def step_counts(self) -> dict[str, dict[str, int]]:
+        """session id -> {"steps": n, "mutations": m}."""
+        sql = "SELECT session_id, count(*) AS n, sum(is_mutation) AS m FROM steps GROUP BY 1"
+        async with self._read.execute(sql) as cur:
+            return {
+                r["session_id"]: {"steps": r["n"], "mutations": r["m"] or 0}
+                for r in await cur.fetchall()
+            }
+
+    async def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """A read-only query on the read connection, rows as dicts."""
+        async with self._read.execute(sql, tuple(params)) as cur:
+            return [dict(r) for r in await cur.fetchall()]
+
+
+def session_summary(session: Session) -> dict[str, Any]:
+    """The public view of a session (never its token)."""
+    return {
+        "id": session.id,
+        "intent": session.intent,
+        "agent": session.agent,
+        "state": session.state,
+        "created_at": session.created_at,
+        "updated_at": session.updated_at,
+    }
+
+
+def step_event(step: Step) -> dict[str, Any]:
+    """The small summary of a step published on the event bus."""
+    return {
+        "id": step.id,
+        "session_id": step.session_id,
+        "seq": step.seq,
+        "method": step.method,
+        "status": step.status,
+        "rule": step.rule,
+        "response_status": step.response_status,
+    }

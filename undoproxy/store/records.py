@@ -1,0 +1,114 @@
+"""The rows undoproxy journals, as dataclasses; `to_row`/`from_row` are the only mapping to SQL."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+SESSION_STATES = ("open", "committed", "rolling_back", "rolled_back", "rollback_incomplete")
+STEP_STATUSES = (
+    "held",
+    "denied",
+    "pending",
+    "succeeded",
+    "failed",
+    "unknown",
+    "compensated",
+    "compensation_failed",
+    "conflict",
+    "irreversible",
+)
+
+
+def new_id(prefix: str) -> str:
+    """A short random id such as `st_8f3a...`."""
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+@dataclass
+class Session:
+    """One agent task: the unit of rollback."""
+
+    id: str
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    intent: str | None = None
+    agent: str | None = None
+    state: str = "open"
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+
+_JSON_COLUMNS = {"captures", "request_headers", "response_headers", "snapshot", "compensation"}
+
+
+@dataclass
+class Step:
+    """One request an agent made, as the journal keeps it (headers already redacted)."""
+
+    id: str
+    session_id: str
+    seq: int
+    method: str
+    url: str
+    is_mutation: bool
+    status: str
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    rule: str | None = None
+    risk: str | None = None
+    action: str | None = None
+    captures: dict[str, str] | None = None
+    request_headers: list[list[str]] | None = None
+    request_body: bytes | None = None
+    request_body_len: int = 0
+    request_body_sha256: str | None = None
+    response_status: int | None = None
+    response_headers: list[list[str]] | None = None
+    response_body: bytes | None = None
+    response_body_len: int | None = None
+    duration_ms: float | None = None
+    error: str | None = None
+    snapshot: dict[str, Any] | None = None
+    compensation: dict[str, Any] | None = None
+    compensation_status: str | None = None
+    compensation_detail: str | None = None
+    credentials: bytes | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        """Column name -> SQL value."""
+        row: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _JSON_COLUMNS and value is not None:
+                value = json.dumps(value)
+            elif f.name == "is_mutation":
+                value = int(value)
+            row[f.name] = value
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Step:
+        """The Step a `SELECT *` row describes."""
+        values = dict(row)
+        for name in _JSON_COLUMNS:
+            if values.get(name) is not None:
+                values[name] = json.loads(values[name])
+        values["is_mutation"] = bool(values["is_mutation"])
+        return cls(**values)
+
+
+STEP_COLUMNS = tuple(f.name for f in fields(Step))
+
+
+def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """SQL values for a partial update of a step."""
+    out = {}
+    for k, v in values.items():
+        if k not in STEP_COLUMNS:
+            raise KeyError(f"not a step column: {k}")
+        out[k] = json.dumps(v) if k in _JSON_COLUMNS and v is not None else v
+    return out

@@ -1,0 +1,122 @@
+"""Schema as named migrations, applied once each and recorded in the `migrations` table."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import aiosqlite
+
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "001_sessions_and_steps",
+        """
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            token TEXT NOT NULL,
+            intent TEXT,
+            agent TEXT,
+            state TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE TABLE steps (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            seq INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            method TEXT NOT NULL,
+            url TEXT NOT NULL,
+            is_mutation INTEGER NOT NULL,
+            rule TEXT,
+            risk TEXT,
+            action TEXT,
+            captures TEXT,
+            request_headers TEXT,
+            request_body BLOB,
+            request_body_len INTEGER NOT NULL DEFAULT 0,
+            request_body_sha256 TEXT,
+            status TEXT NOT NULL,
+            response_status INTEGER,
+            response_headers TEXT,
+            response_body BLOB,
+            response_body_len INTEGER,
+            duration_ms REAL,
+            error TEXT,
+            snapshot TEXT,
+            compensation TEXT,
+            compensation_status TEXT,
+            compensation_detail TEXT,
+            credentials BLOB,
+            UNIQUE (session_id, seq)
+        );
+        CREATE INDEX steps_by_session ON steps (session_id, seq);
+        CREATE INDEX steps_by_status ON steps (status);
+    """,
+    ),
+    (
+        "002_approvals",
+        """
+        CREATE TABLE approvals (
+            id TEXT PRIMARY KEY,
+            step_id TEXT NOT NULL REFERENCES steps(id),
+            session_id TEXT NOT NULL,
+            rule TEXT,
+            risk TEXT,
+            state TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            decided_at REAL,
+            decided_by TEXT,
+            reason TEXT,
+            context TEXT
+        );
+        CREATE INDEX approvals_by_state ON approvals (state, created_at);
+    """,
+    ),
+)
+
+PRAGMAS = (
+    "PRAGMA journal_mode=WAL",
+    # NORMAL in WAL mode: a committed transaction survives a crash of undoproxy itself; only
+    # an OS crash or power loss can lose the last commits. FULL would fsync every batch.
+    "PRAGMA synchronous=NORMAL",
+    "PRAGMA foreign_keys=ON",
+)
+
+
+async def connect(path: Path, *, busy_timeout_ms: int = 2000) -> aiosqlite.Connection:
+    """Open the journal with the pragmas undoproxy relies on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = await aiosqlite.connect(str(path), isolation_level=None)
+    await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    for pragma in PRAGMAS:
+        await conn.execute(pragma)
+    return conn
+
+
+async def migrate(conn: aiosqlite.Connection) -> list[str]:
+    """Apply the migrations not yet recorded; returns the names applied."""
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
+    async with conn.execute("SELECT name FROM migrations") as cur:
+        done = {row[0] for row in await cur.fetchall()}
+    applied = []
+    for name, sql in MIGRATIONS:
+        if name in done:
+            continue
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in sql.split(";"):
+                if statement.strip():
+                    await conn.execute(statement)
+            await conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, time.time()))
+            await conn.execute("COMMIT")
+        except BaseException:
+            await conn.execute("ROLLBACK")
+            raise
+        applied.append(name)
+    return applied
