@@ -159,6 +159,47 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+_MARK = {
+    "compensated": "ok",
+    "skipped": "--",
+    "planned": "..",
+    "conflict": "!!",
+    "failed": "XX",
+    "irreversible": "XX",
+}
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    """Undo a session's mutations, newest first; exit 0 only when it is fully rolled back."""
+    path = f"/api/sessions/{quote(args.session, safe='')}/rollback"
+    body = {"force": args.force, "dry_run": args.dry_run}
+    what = "Plan for rolling back" if args.dry_run else "Rolling back"
+    _out(f"{what} session {args.session}, newest step first:")
+    report: dict[str, Any] | None = None
+    for message in _client(args).stream("POST", path, body):
+        if "step" in message:
+            s = message["step"]
+            comp = s.get("compensation")
+            via = f"  via {comp['method']} {comp['url']}" if comp else ""
+            _out(f"  [{_MARK.get(s['status'], '  ')}] #{s['seq']} {s['method']} {s['url']}")
+            _out(f"       {s['status']}: {s['detail']}{via}")
+        elif "done" in message:
+            report = message["done"]
+    if report is None:
+        raise UndoproxyError("the rollback ended without a report; check `undoproxy show`")
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(report["counts"].items()))
+    _out(f"session {report['session']}: {report['state']} ({counts or 'no mutations'})")
+    if args.dry_run:
+        return 0
+    if report["state"] != "rolled_back":
+        _out(
+            "Not everything could be undone: see the steps marked XX or !! above. Re-run "
+            "`undoproxy rollback` to retry what is left (--force to overwrite conflicts)."
+        )
+        return 1
+    return 0
+
+
 def cmd_commit(args: argparse.Namespace) -> int:
     """Commit a session: its effects are kept and it can no longer be rolled back."""
     session = _client(args).call("POST", f"/api/sessions/{quote(args.session, safe='')}/commit")
@@ -260,6 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("show", cmd_show, admin=True)
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p = command("rollback", cmd_rollback, admin=True)
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="restore even where the target changed since the agent's write",
+    )
     p = command("commit", cmd_commit, admin=True)
     p.add_argument("session", metavar="SESSION")
     p = command("export", cmd_export, admin=True)

@@ -6,6 +6,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,39 @@ class AdminClient:
         self.token = token if token is not None else find_token()
         self.timeout = timeout
 
+    def stream(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Send one request and yield each JSON line of the answer as it arrives."""
+        request = self._request(method, path, body)
+        request.add_header("Accept", "application/x-ndjson")
+        try:
+            with urllib.request.urlopen(request, timeout=None) as response:
+                for line in response:
+                    if line.strip():
+                        yield json.loads(line)
+        except urllib.error.HTTPError as exc:
+            raise AdminClientError(self._explain(exc)) from None
+        except urllib.error.URLError as exc:
+            raise AdminClientError(self._unreachable(exc)) from None
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None
+    ) -> urllib.request.Request:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        return request
+
+    def _unreachable(self, exc: urllib.error.URLError) -> str:
+        return (
+            f"undoproxy is not running at {self.base_url} ({exc.reason}); start it with "
+            f"`undoproxy run`, or point --admin / {ADMIN_ENV} at it"
+        )
+
     def call(
         self,
         method: str,
@@ -50,22 +84,14 @@ class AdminClient:
         timeout: float | None = None,
     ) -> Any:
         """Send one request; the decoded JSON answer (or text with raw=True)."""
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
+        request = self._request(method, path, body)
         try:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
                 text = response.read().decode("utf-8")
         except urllib.error.HTTPError as exc:
             raise AdminClientError(self._explain(exc)) from None
         except urllib.error.URLError as exc:
-            raise AdminClientError(
-                f"undoproxy is not running at {self.base_url} ({exc.reason}); start it with "
-                f"`undoproxy run`, or point --admin / {ADMIN_ENV} at it"
-            ) from None
+            raise AdminClientError(self._unreachable(exc)) from None
         except TimeoutError:
             raise AdminClientError(f"undoproxy at {self.base_url} did not answer in time") from None
         if raw:

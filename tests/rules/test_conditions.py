@@ -118,7 +118,9 @@ def test_non_json_body(body: bytes, condition: dict[str, Any], expected: bool) -
         ({"a": {"b": [1, [2, 3]]}}, "$.a.b[1][0]", {"eq": 2}, True),
     ],
 )
-def test_unusual_json_documents(doc: Any, path: str, condition: dict[str, Any], expected: bool) -> None:
+def test_unusual_json_documents(
+    doc: Any, path: str, condition: dict[str, Any], expected: bool
+) -> None:
     rules = matcher({"body": {path: condition}})
     assert (rules.match(request("POST", "https://a.test/", body=doc)) is not None) is expected
 

@@ -76,7 +76,11 @@ PATHS: list[tuple[str, str, dict[str, str] | None]] = [
     ("/repos/{owner}/{repo}/issues/", "/repos/acme/web/issues", {"owner": "acme", "repo": "web"}),
     ("/repos/{owner}/{repo}/issues", "/repos/acme/issues", None),
     ("/repos/{owner}/{repo}/issues", "/repos/acme/web/issues/1", None),
-    ("/repos/{owner}/{repo}/issues", "/repos/acme/web/issues?state=open", {"owner": "acme", "repo": "web"}),
+    (
+        "/repos/{owner}/{repo}/issues",
+        "/repos/acme/web/issues?state=open",
+        {"owner": "acme", "repo": "web"},
+    ),
     ("/contacts/{id}", "/contacts/42", {"id": "42"}),
     ("/contacts/{id}", "/contacts/", None),
     ("/contacts/{id}", "/contacts", None),
@@ -141,7 +145,11 @@ def test_query(query: dict[str, Any], sent: str, expected: bool) -> None:
 HEADERS = [
     ({"Content-Type": "application/json"}, {"content-type": "application/json"}, True),
     ({"content-type": "application/json"}, {"Content-Type": "application/json"}, True),
-    ({"Content-Type": {"regex": "^application/json"}}, {"Content-Type": "application/json; charset=utf-8"}, True),
+    (
+        {"Content-Type": {"regex": "^application/json"}},
+        {"Content-Type": "application/json; charset=utf-8"},
+        True,
+    ),
     ({"Content-Type": "application/json"}, {"Content-Type": "text/plain"}, False),
     ({"X-Dry-Run": {"exists": True}}, {}, False),
     ({"X-Dry-Run": {"exists": False}}, {}, True),
@@ -160,7 +168,9 @@ def test_repeated_headers_are_joined() -> None:
     rules = matcher({"headers": {"accept": "a, b"}})
     req = request("GET", "https://a.test/")
     assert rules.match(req) is None
-    joined = RequestView.from_parts("GET", "https://a.test/", [("Accept", "a"), ("ACCEPT", "b")], b"")
+    joined = RequestView.from_parts(
+        "GET", "https://a.test/", [("Accept", "a"), ("ACCEPT", "b")], b""
+    )
     assert rules.match(joined) is not None
 
 
@@ -174,7 +184,7 @@ def test_every_given_key_must_hold() -> None:
         "body": {"$.title": {"exists": True}},
     }
     url = "https://api.github.com/repos/o/r/issues?draft=false"
-    ok = {"url": url, "body": {"title": "t"}, "headers": {"X-Tenant": "acme"}}
+    ok: dict[str, Any] = {"url": url, "body": {"title": "t"}, "headers": {"X-Tenant": "acme"}}
     assert captures_of(match, "POST", ok["url"], body=ok["body"], headers=ok["headers"]) == {
         "owner": "o",
         "repo": "r",

@@ -14,10 +14,11 @@ from aiohttp import web
 class ThreadedServer:
     """Runs `app` on an ephemeral port in a daemon thread until stop()."""
 
-    def __init__(self, app: web.Application, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, app: web.Application, ssl_context: ssl.SSLContext | None = None,
+                 port: int = 0) -> None:
         self.app = app
         self.ssl_context = ssl_context
-        self.port = 0
+        self.port = port
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._runner: web.AppRunner | None = None

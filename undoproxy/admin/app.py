@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from undoproxy.admin import api
+from undoproxy.admin import api, rollback_api
 from undoproxy.admin.auth import require_token
 from undoproxy.admin.context import CONTEXT, AdminContext
 from undoproxy.admin.errors import json_errors
@@ -16,6 +16,7 @@ ROUTES: list[web.AbstractRouteDef] = [
     web.get("/api/sessions", api.list_sessions),
     web.get("/api/sessions/{id}", api.show_session),
     web.post("/api/sessions/{id}/commit", api.commit_session),
+    web.post("/api/sessions/{id}/rollback", rollback_api.rollback_session),
     web.get("/api/sessions/{id}/export", api.export_session),
 ]
 

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from undoproxy.config import Config
+from undoproxy.rollback import Rollback
 from undoproxy.store.journal import Journal
 
 
@@ -22,6 +23,7 @@ class AdminContext:
     ca_cert: Path
     ca_bundle: Path
     proxy_address: tuple[str, int]
+    rollback: Rollback | None = None
     extras: dict[str, Any] = field(default_factory=dict)  # approvals, rollback executor, ...
 
     def proxy_url(self, session_id: str | None = None, token: str | None = None) -> str:

@@ -33,8 +33,11 @@ from undoproxy.events import EventBus
 from undoproxy.proxy.gate import Gate
 from undoproxy.proxy.identity import SessionIdentity
 from undoproxy.proxy.journaling import JournalAddon
+from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
+from undoproxy.rollback import Rollback
 from undoproxy.store.journal import Journal
+from undoproxy.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
 TOKEN_FILE = "admin-token"
@@ -88,10 +91,20 @@ async def start(config: Config) -> Running:
         ssl_insecure=config.upstream_insecure,
     )
     master = Master(opts)
+    snapshots = Snapshots(
+        journal,
+        UpstreamClient(insecure=config.upstream_insecure),
+        box,
+        auto=config.defaults_compensate == "auto",
+    )
+    # Order matters: each hook runs addon by addon, in this order. Snapshots must follow the
+    # gate (nothing is snapshotted for a denied request) and precede the journal (whose
+    # write-ahead entry includes the snapshot and the prepared compensation).
     ours: list[Any] = [
         SessionIdentity(journal, config.proxy_auth),
         Streaming(),
         Gate(config.rules, config.defaults_mutations, holder=None),
+        snapshots,
         JournalAddon(journal),
     ]
     master.addons.add(
@@ -117,6 +130,7 @@ async def start(config: Config) -> Running:
         proxy_address=config.proxy_listen,
     )
     context.extras["credentials"] = box
+    context.rollback = Rollback(journal, UpstreamClient(insecure=config.upstream_insecure), box)
 
     runner = web.AppRunner(create_app(context), access_log=None)
     await runner.setup()
@@ -170,6 +184,8 @@ async def stop(running: Running) -> None:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await task
     await running.admin.cleanup()
+    if running.context.rollback is not None:
+        await running.context.rollback.client.close()
     await running.journal.close()
 
 

@@ -50,7 +50,10 @@ class Gate:
         state = state_of(flow)
         if state is None or flow.response is not None:
             return
-        match = self.rules.match(request_view(flow)) if self.rules.rules else None
+        match = None
+        if self.rules.rules:
+            state.view = request_view(flow)
+            match = self.rules.match(state.view)
         if match is not None:
             state.rule, state.captures, state.action = match.rule, match.captures, match.rule.action
         elif state.is_mutation:

@@ -43,7 +43,10 @@ class JournalAddon:
             return
         try:
             if state.step is None:
-                await self.journal.write_ahead(new_step(flow, state, self.journal, "pending"))
+                step = new_step(flow, state, self.journal, "pending")
+                for name, value in state.pending_fields.items():
+                    setattr(step, name, value)
+                await self.journal.write_ahead(step)
             else:  # written earlier (held, then approved): now it is about to be sent
                 await self.journal.update_now(state.step, status="pending", **state.pending_fields)
         except JournalError as exc:

@@ -26,6 +26,7 @@ class FlowState:
     step: Step | None = None
     answered: bool = False  # undoproxy answered the agent itself (403, 407, 503, 502)
     journaled: bool = True  # False for a 407: no session, nothing to attribute
+    view: Any = None  # the rules engine's RequestView, once built
     plan: Any = None  # the compensation plan (compensators), when there is one
     pending_fields: dict[str, Any] = field(default_factory=dict)  # written ahead with the step
     outcome_fields: dict[str, Any] = field(default_factory=dict)  # written with the outcome

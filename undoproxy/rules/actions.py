@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 import difflib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT, known_names
 from undoproxy.durations import parse_duration
 from undoproxy.errors import ConfigError, Location
+from undoproxy.rules.conditions import plain_value
 from undoproxy.rules.model import (
     ACTIONS,
     HTTP_METHODS,
@@ -18,7 +18,13 @@ from undoproxy.rules.model import (
     RISKS,
     SnapshotSpec,
 )
-from undoproxy.rules.templates import Capture, Reference, TemplateSyntaxError, iter_parts
+from undoproxy.rules.templates import (
+    Capture,
+    Reference,
+    TemplateSyntaxError,
+    iter_parts,
+    template_references_snapshot,
+)
 from undoproxy.yamlsource import YDict, YList
 
 RULE_ACTION_KEYS: frozenset[str] = frozenset(
@@ -35,6 +41,19 @@ RULE_ACTION_KEYS: frozenset[str] = frozenset(
 )
 SNAPSHOT_KEYS: frozenset[str] = frozenset({"url"})
 COMPENSATE_KEYS: frozenset[str] = frozenset({"method", "url", "body", "headers"})
+
+
+class RuleActions(TypedDict):
+    """The Rule fields `parse_actions` produces."""
+
+    risk: str
+    action: str
+    on_snapshot_error: str
+    snapshot: SnapshotSpec | None
+    compensate: str | dict[str, Any] | None
+    timeout: float | None
+    reason: str | None
+    description: str | None
 
 
 class Problems:
@@ -64,14 +83,15 @@ def unknown_keys(
     allowed: frozenset[str],
     what: str,
     problems: Problems,
+    loc: Location,
     *,
     elsewhere: tuple[frozenset[str], str] | None = None,
 ) -> None:
-    """Report every key of `d` not in `allowed`, with a suggestion."""
+    """Report every key of `d` not in `allowed`, with a suggestion; `loc` is where `d` is."""
     for key in d:
         if key in allowed:
             continue
-        where = d.where(key) if isinstance(d, YDict) else Location("", 0)
+        where = at(d, key, loc)
         if elsewhere is not None and key in elsewhere[0]:
             hint = f" (did you mean to put it under {elsewhere[1]}?)"
         else:
@@ -85,19 +105,19 @@ def parse_actions(
     methods: frozenset[str] | None,
     captures: tuple[str, ...],
     problems: Problems,
-) -> dict[str, Any]:
+) -> RuleActions:
     """The Rule fields other than name, where, methods and match_spec, validated."""
     risk = _choice(d, "risk", RISKS, "medium", loc, problems)
     action = _choice(d, "action", ACTIONS, "allow", loc, problems)
     on_error = _choice(d, "on_snapshot_error", ON_SNAPSHOT_ERROR, "block", loc, problems)
     snapshot = _snapshot(d, loc, captures, problems)
     compensate = _compensate(d, loc, captures, problems)
-    reads_only = methods is not None and methods <= READ_METHODS
+    reads_only = bool(methods) and methods is not None and methods <= READ_METHODS
     if reads_only and snapshot is not None:
         problems.add(at(d, "snapshot", loc), _reads_only("snapshot", methods))
     if reads_only and isinstance(compensate, str) and compensate in NEEDS_SNAPSHOT:
         problems.add(at(d, "compensate", loc), _reads_only(f"compensate: {compensate}", methods))
-    if reads_only and isinstance(compensate, dict) and _refers_to_snapshot(compensate):
+    if reads_only and isinstance(compensate, dict) and template_references_snapshot(compensate):
         problems.add(at(d, "compensate", loc), _reads_only("${snapshot.body}", methods))
     timeout = None
     if d.get("timeout") is not None:
@@ -109,16 +129,16 @@ def parse_actions(
                 raise ValueError("timeout only applies to rules with action: hold")
         except ValueError as exc:
             problems.add(at(d, "timeout", loc), str(exc))
-    return {
-        "risk": risk,
-        "action": action,
-        "on_snapshot_error": on_error,
-        "snapshot": snapshot,
-        "compensate": compensate,
-        "timeout": timeout,
-        "reason": _text(d, "reason", loc, problems),
-        "description": _text(d, "description", loc, problems),
-    }
+    return RuleActions(
+        risk=risk,
+        action=action,
+        on_snapshot_error=on_error,
+        snapshot=snapshot,
+        compensate=compensate,
+        timeout=timeout,
+        reason=_text(d, "reason", loc, problems),
+        description=_text(d, "description", loc, problems),
+    )
 
 
 def _reads_only(what: str, methods: frozenset[str] | None) -> str:
@@ -158,7 +178,7 @@ def _snapshot(
     if not isinstance(value, dict):
         problems.add(where, "snapshot must be true, false or {url: /path/{capture}}")
         return None
-    unknown_keys(value, SNAPSHOT_KEYS, "snapshot", problems)
+    unknown_keys(value, SNAPSHOT_KEYS, "snapshot", problems, where)
     url = value.get("url")
     if url is None:
         return SnapshotSpec(None)
@@ -189,7 +209,7 @@ def _compensate(
             where, "compensate must be a compensator name or {method, url, body?, headers?}"
         )
         return None
-    unknown_keys(value, COMPENSATE_KEYS, "compensate", problems)
+    unknown_keys(value, COMPENSATE_KEYS, "compensate", problems, where)
     method = value.get("method")
     if method is None:
         problems.add(where, "compensate needs a method (e.g. method: DELETE)")
@@ -213,7 +233,7 @@ def _compensate(
             _check_template(
                 value[key], at(value, key, where), f"compensate {key}", captures, None, problems
             )
-    out: dict[str, Any] = plain(value)
+    out: dict[str, Any] = plain_value(value)
     if isinstance(method, str):
         out["method"] = method.strip().upper()
     if isinstance(headers, dict):
@@ -259,26 +279,6 @@ def _check_template(
                 where,
                 f"{what} cannot use ${{{part.text}}}: only {', '.join(sources)} is known then",
             )
-
-
-def _refers_to_snapshot(value: Any) -> bool:
-    try:
-        return any(
-            isinstance(p, Reference) and p.source == "snapshot.body" for p in iter_parts(value)
-        )
-    except TemplateSyntaxError:
-        return False
-
-
-def plain(value: Any) -> Any:
-    """Loaded YAML as plain dicts, lists and JSON scalars (YAML dates become ISO strings)."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, datetime.date):
-        return value.isoformat()
-    return value
 
 
 def at(d: Any, key: str, default: Location) -> Location:

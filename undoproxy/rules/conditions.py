@@ -61,14 +61,17 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
-def plain_operand(value: Any) -> Any:
-    """YAML dates become ISO strings: JSON has no dates, and an unquoted date is a common slip."""
+def plain_value(value: Any) -> Any:
+    """Loaded YAML as plain dicts, lists and JSON scalars.
+
+    YAML dates become ISO strings: JSON has no dates, and an unquoted date is a common slip.
+    """
+    if isinstance(value, dict):
+        return {str(k): plain_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_value(v) for v in value]
     if isinstance(value, datetime.date):
         return value.isoformat()
-    if isinstance(value, list):
-        return [plain_operand(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): plain_operand(v) for k, v in value.items()}
     return value
 
 
@@ -113,7 +116,7 @@ class Condition:
         for op, raw in spec.items():
             if op not in OPERATORS:
                 raise ConditionError(op, f"unknown operator {op!r}")
-            operand = plain_operand(raw)
+            operand = plain_value(raw)
             ops.append((op, operand))
             if op == "exists":
                 if not isinstance(operand, bool):
@@ -190,6 +193,7 @@ def _contains(operand: Any, text: bool) -> Callable[[Any], bool]:
         return lambda v: needle in v
 
     def check(value: Any) -> bool:
+        """Apply `contains` to one value."""
         if isinstance(value, str):
             return isinstance(operand, str) and operand in value
         if isinstance(value, list):

@@ -80,7 +80,8 @@ class MatchSpec:
             if b.holds(doc, is_json):
                 continue
             if not is_json:
-                reasons.append(f"body is not JSON, so {b.describe()} fails")
+                state = "not JSON" if req.body.strip() else "empty"
+                reasons.append(f"body is {state}, so {b.describe()} fails")
             else:
                 found = b.path.find(doc)
                 reasons.append(

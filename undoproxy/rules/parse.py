@@ -41,15 +41,15 @@ def parse_rules(
     problems = Problems()
     names: dict[str, Location] = {}
     parsed = _parse_rule_list(rules, where, "rules", problems, names)
-    for path, doc, file_where in _load_includes(include, base_dir, where, problems):
+    for doc, file_where in _load_includes(include, base_dir, where, problems):
         rule_list: Any = doc
         if isinstance(doc, dict):
-            unknown_keys(doc, INCLUDE_FILE_KEYS, "an include file", problems)
+            unknown_keys(doc, INCLUDE_FILE_KEYS, "an include file", problems, file_where)
             rule_list = doc.get("rules")
         elif not isinstance(doc, list) and doc is not None:
             problems.add(
                 location_of(doc, file_where),
-                f"{path} must be a list of rules or a mapping with a rules: list",
+                "an include file must be a list of rules or a mapping with a rules: list",
             )
             continue
         parsed.extend(_parse_rule_list(rule_list, file_where, "rules", problems, names))
@@ -60,14 +60,14 @@ def parse_rules(
 
 def _load_includes(
     include: Any, base_dir: Path, where: Location, problems: Problems
-) -> list[tuple[Path, Any, Location]]:
+) -> list[tuple[Any, Location]]:
     """Load each include file; missing, repeated or unreadable files become errors."""
     if include is None:
         return []
     if not isinstance(include, list):
         problems.add(location_of(include, where), "include must be a list of rule file paths")
         return []
-    loaded: list[tuple[Path, Any, Location]] = []
+    loaded: list[tuple[Any, Location]] = []
     seen: dict[Path, Location] = {}
     for i, entry in enumerate(include):
         loc = include.where(i) if isinstance(include, YList) else where
@@ -91,9 +91,9 @@ def _load_includes(
         try:
             doc = load_file(path)
         except ConfigError as exc:
-            problems.errors.append(exc)
+            problems.errors.extend(exc.errors if isinstance(exc, ConfigErrors) else [exc])
             continue
-        loaded.append((path, doc, Location(str(path), 0)))
+        loaded.append((doc, Location(str(path), 0)))
     return loaded
 
 
@@ -123,7 +123,7 @@ def _parse_rule(
     """One rule, or None if it has errors (which are recorded; parsing goes on)."""
     before = len(problems.errors)
     loc = location_of(d, loc)
-    unknown_keys(d, RULE_KEYS, "a rule", problems, elsewhere=(MATCH_KEYS, "match:"))
+    unknown_keys(d, RULE_KEYS, "a rule", problems, loc, elsewhere=(MATCH_KEYS, "match:"))
     name = d.get("name")
     if "name" not in d:
         problems.add(loc, "rule has no name: (every rule needs a unique name)")
@@ -149,7 +149,7 @@ def _parse_match(
     if not isinstance(m, dict):
         problems.add(loc, f"match must be a mapping of {', '.join(sorted(MATCH_KEYS))}")
         return MatchSpec(), None
-    unknown_keys(m, MATCH_KEYS, "match", problems)
+    unknown_keys(m, MATCH_KEYS, "match", problems, loc)
     hosts: list[HostPattern] = []
     for value, where in _one_or_list(m, "host", loc, problems):
         try:

@@ -111,6 +111,7 @@ class PathTemplate:
     captures: tuple[str, ...]
     regex: re.Pattern[str] = field(compare=False)
     literal: str | None = None  # set when the template has no wildcard: compare as a string
+    first_segment: str | None = None  # set when the first segment is literal text (for indexing)
 
     @classmethod
     def parse(cls, text: str) -> PathTemplate:
@@ -136,7 +137,15 @@ class PathTemplate:
         if not pattern:
             pattern = "/?"  # the template `/` matches the root
         literal = None if "{" in text or "*" in text else (text.rstrip("/") or "/")
-        return cls(text, tuple(captures), re.compile(pattern + r"/?\Z"), literal)
+        first = segments[0] if segments else ""
+        indexable = not ("{" in first or "*" in first)
+        return cls(
+            text,
+            tuple(captures),
+            re.compile(pattern + r"/?\Z"),
+            literal,
+            first if indexable else None,
+        )
 
     def match(self, path: str) -> dict[str, str] | None:
         """The captures if `path` (already normalized, no query) matches, else None."""

@@ -79,6 +79,30 @@ def _remove_dot_segments(path: str) -> str:
     return result if result.startswith("/") else "/" + result
 
 
+def _host_port(netloc: str, default_port: int, url: str) -> tuple[str, int]:
+    """Lower-case host (no brackets, no trailing dot) and port of a URL's authority.
+
+    Done by hand because SplitResult.hostname and .port each re-split the netloc, and this
+    runs for every proxied request.
+    """
+    hostport = netloc.rpartition("@")[2]
+    if hostport.startswith("["):
+        host, bracket, rest = hostport[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"invalid IPv6 host in URL: {url!r}")
+        port_text = rest[1:]
+    else:
+        host, _, port_text = hostport.partition(":")
+    host = host.lower().rstrip(".")
+    if not host:
+        raise ValueError(f"URL has no host: {url!r}")
+    if not port_text:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"invalid port in URL: {url!r}")
+    return host, int(port_text)
+
+
 class RequestView:
     """One request as plain data: method, URL parts, lower-case headers, body bytes.
 
@@ -134,13 +158,10 @@ class RequestView:
     ) -> RequestView:
         """Build a view from an absolute http(s) URL; raises ValueError for anything else."""
         parts = urlsplit(url)
-        scheme = parts.scheme.lower()
+        scheme = parts.scheme  # urlsplit lower-cases it
         if scheme not in DEFAULT_PORTS:
             raise ValueError(f"not an absolute http(s) URL: {url!r}")
-        host = parts.hostname
-        if not host:
-            raise ValueError(f"URL has no host: {url!r}")
-        port = parts.port or DEFAULT_PORTS[scheme]  # .port raises ValueError when out of range
+        host, port = _host_port(parts.netloc, DEFAULT_PORTS[scheme], url)
         pairs = headers.items() if isinstance(headers, Mapping) else headers
         folded: dict[str, str] = {}
         for name, value in pairs:
@@ -150,7 +171,7 @@ class RequestView:
         return cls(
             method=method.upper(),
             scheme=scheme,
-            host=host.rstrip("."),
+            host=host,
             port=port,
             path=normalize_path(parts.path),
             raw_query=parts.query,

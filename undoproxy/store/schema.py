@@ -60,12 +60,15 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         """
         CREATE TABLE approvals (
             id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id),
             step_id TEXT NOT NULL REFERENCES steps(id),
-            session_id TEXT NOT NULL,
+            step_ids TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            method TEXT NOT NULL,
+            url TEXT NOT NULL,
             rule TEXT,
             risk TEXT,
             state TEXT NOT NULL,
-            fingerprint TEXT NOT NULL,
             created_at REAL NOT NULL,
             expires_at REAL NOT NULL,
             decided_at REAL,
@@ -74,6 +77,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             context TEXT
         );
         CREATE INDEX approvals_by_state ON approvals (state, created_at);
+        CREATE INDEX approvals_by_session ON approvals (session_id, created_at);
     """,
     ),
 )

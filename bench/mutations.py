@@ -1,0 +1,142 @@
+"""`mutations`: JSON POSTs that undoproxy journals write-ahead with a `delete-created` compensation.
+
+Goal: at least 0.75 of bare mitmdump's POST throughput. Afterwards every undoproxy round's
+session is read back through the admin API: it must hold exactly one succeeded mutation step
+per 201 the client got, or the run is broken (a mutation went through unjournaled).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness import BrokenRun, Mitmdump, Undoproxy, Upstream
+from load import LoadResult, LoadSpec
+from paired import Comparison, Target, compare, spec_for, targets
+from report import Row, ms, ratio, rps, verdict
+
+NAME = "mutations"
+CASES = (("https", 1), ("https", 32))
+GOAL = 0.75
+RULES: list[dict[str, Any]] = [
+    {
+        "name": "create-item",
+        "match": {"host": "127.0.0.1", "method": "POST", "path": "/items"},
+        "compensate": "delete-created",
+    }
+]
+
+
+def session_name(case: str, round_: int) -> str:
+    """undoproxy's session for one round of one case."""
+    return f"bench-mut-{case.replace(' ', '').replace('=', '')}-r{round_}"
+
+
+class JournalCheck:
+    """Counts each undoproxy round's journaled mutations against the client's 201s."""
+
+    def __init__(self, undo: Undoproxy) -> None:
+        self.undo = undo
+        self.expected = 0
+        self.journaled = 0
+        self.with_compensation = 0
+
+    def session(self, session_id: str, created: int) -> None:
+        """Check one session; BrokenRun on any mismatch."""
+        status, found = self.undo.api_status("GET", f"/api/sessions/{session_id}")
+        if status != 200:
+            raise BrokenRun(f"session {session_id}: admin API answered {status}: {found}")
+        steps = [s for s in found["steps"] if s.get("mutation")]
+        good = [s for s in steps if s["method"] == "POST" and s["status"] == "succeeded"]
+        if len(steps) != created or len(good) != created:
+            statuses = sorted({s["status"] for s in steps})
+            raise BrokenRun(
+                f"session {session_id}: the client got {created} x 201 but the journal holds "
+                f"{len(steps)} mutation steps, {len(good)} succeeded POSTs (statuses {statuses})"
+            )
+        self.expected += created
+        self.journaled += len(good)
+        self.with_compensation += sum(1 for s in good if _compensation_kind(s) == "delete-created")
+
+
+def _compensation_kind(step: dict[str, Any]) -> str | None:
+    comp = step.get("compensation") or {}
+    return comp.get("kind") or (
+        "delete-created" if comp.get("method") == "DELETE" and comp.get("url") else None
+    )
+
+
+def rows_for(case: str, result: Comparison) -> list[Row]:
+    """POST req/s and p50 rows of one case."""
+    assert result.direct is not None
+    bare_rps, undo_rps = result.med("bare", "rps"), result.med("undoproxy", "rps")
+    share = undo_rps / bare_rps if bare_rps else 0.0
+    bare_p50, undo_p50 = result.med("bare", "p50_ms"), result.med("undoproxy", "p50_ms")
+    return [
+        Row(
+            NAME,
+            f"POST {case} req/s",
+            rps(result.direct.rps),
+            rps(bare_rps),
+            rps(undo_rps),
+            ratio(share),
+            f">= {GOAL:.2f}x",
+            verdict(share >= GOAL),
+        ),
+        Row(
+            NAME,
+            f"POST {case} p50",
+            ms(result.direct.p50_ms),
+            ms(bare_p50),
+            ms(undo_p50),
+            f"{undo_p50 - bare_p50:+.2f} ms",
+        ),
+    ]
+
+
+def run(workdir: Path, rounds: int, seconds: float) -> list[Row]:
+    """Measure every case, then report the journal's count of mutation steps."""
+    rows: list[Row] = []
+    with (
+        Upstream(workdir / "upstream") as upstream,
+        Mitmdump(workdir / "mitmdump") as bare,
+        Undoproxy(workdir / "undoproxy", RULES) as undo,
+    ):
+        journal = JournalCheck(undo)
+        for scheme, concurrency in CASES:
+            case = f"{scheme} c={concurrency}"
+            url = upstream.base(scheme) + "/items"
+            paths = targets(upstream, bare, undo, session=None)
+
+            def spec(
+                target: Target, round_: int, url: str = url, c: int = concurrency, case: str = case
+            ) -> LoadSpec:
+                session = session_name(case, round_) if target.name == "undoproxy" else None
+                target = Target(target.name, target.proxy, target.cafile, session)
+                return spec_for(
+                    target, url, method="POST", json_body=True, concurrency=c, duration=seconds
+                )
+
+            def check(result: LoadResult, round_: int, case: str = case) -> None:
+                journal.session(session_name(case, round_), result.total(201))
+
+            rows += rows_for(case, compare(spec, paths, rounds, 201, f"{NAME} {case}", check))
+        rows.append(
+            Row(
+                NAME,
+                "journaled mutation steps",
+                undoproxy=f"{journal.journaled:,}/{journal.expected:,}",
+                goal="all",
+                met=verdict(journal.journaled == journal.expected),
+            )
+        )
+        rows.append(
+            Row(
+                NAME,
+                "with a delete-created compensation",
+                undoproxy=f"{journal.with_compensation:,}/{journal.expected:,}",
+                goal="all",
+                met=verdict(journal.with_compensation == journal.expected),
+            )
+        )
+    return rows

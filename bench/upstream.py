@@ -1,0 +1,136 @@
+"""The benchmarks' upstream: a small REST API with real state, over plain HTTP and TLS at once.
+
+Run as its own process (`python bench/upstream.py CERT KEY`) so that it does not share a
+Python interpreter with the load generator or the proxies; it prints one JSON line
+`{"http": PORT, "https": PORT}` once both listeners are up, then serves until SIGTERM.
+
+Routes:
+- `GET /small`: a ~100-byte JSON document (the pass-through load).
+- `POST /items`: stores the JSON body, answers 201 `{"id": N, ...}` with `Location: /items/N`.
+- `GET|DELETE /items/{id}`: read or remove one item (DELETE answers 204, or 404 if absent).
+- `POST /seed?n=N`: creates N items at once and lists their ids (for the direct DELETE rate).
+- `POST /held`: answers 200 (what a held request gets once approved).
+- `GET /stats`: how many items exist and how many requests of each kind were served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import signal
+import ssl
+import sys
+from collections import Counter
+from typing import Any
+
+from aiohttp import web
+
+ITEMS: web.AppKey[dict[int, Any]] = web.AppKey("items", dict)
+IDS: web.AppKey[itertools.count[int]] = web.AppKey("ids", itertools.count)
+SERVED: web.AppKey[Counter[str]] = web.AppKey("served", Counter)
+SMALL = json.dumps({"ok": True, "service": "bench-upstream", "items": [1, 2, 3], "pad": "x" * 40})
+
+
+async def small(request: web.Request) -> web.Response:
+    """The pass-through document."""
+    request.app[SERVED]["small"] += 1
+    return web.Response(text=SMALL, content_type="application/json")
+
+
+async def create_item(request: web.Request) -> web.Response:
+    """Store a new item; the id is both in the body and in `Location`."""
+    body = await request.json()
+    item_id = next(request.app[IDS])
+    request.app[ITEMS][item_id] = body
+    request.app[SERVED]["create"] += 1
+    return web.json_response(
+        {"id": item_id, **body}, status=201, headers={"Location": f"/items/{item_id}"}
+    )
+
+
+def _item_id(request: web.Request) -> int:
+    try:
+        return int(request.match_info["id"])
+    except ValueError:
+        raise web.HTTPNotFound() from None
+
+
+async def get_item(request: web.Request) -> web.Response:
+    """One item, or 404."""
+    item_id = _item_id(request)
+    item = request.app[ITEMS].get(item_id)
+    if item is None:
+        raise web.HTTPNotFound()
+    return web.json_response({"id": item_id, **item})
+
+
+async def delete_item(request: web.Request) -> web.Response:
+    """Remove one item: 204, or 404 when it is not there."""
+    request.app[SERVED]["delete"] += 1
+    if request.app[ITEMS].pop(_item_id(request), None) is None:
+        raise web.HTTPNotFound()
+    return web.Response(status=204)
+
+
+async def seed(request: web.Request) -> web.Response:
+    """Create `n` items in one call; answers their ids."""
+    n = int(request.query.get("n", "1"))
+    ids = [next(request.app[IDS]) for _ in range(n)]
+    for item_id in ids:
+        request.app[ITEMS][item_id] = {"name": f"seed-{item_id}"}
+    return web.json_response({"ids": ids})
+
+
+async def held(request: web.Request) -> web.Response:
+    """What a held request reaches once a person approves it."""
+    await request.read()
+    request.app[SERVED]["held"] += 1
+    return web.json_response({"ok": True})
+
+
+async def stats(request: web.Request) -> web.Response:
+    """Item count and requests served, for the benchmarks' consistency checks."""
+    return web.json_response({"items": len(request.app[ITEMS]), "served": request.app[SERVED]})
+
+
+def create_app() -> web.Application:
+    """The upstream application."""
+    app = web.Application(client_max_size=1024**2)
+    app[ITEMS] = {}
+    app[IDS] = itertools.count(1)
+    app[SERVED] = Counter()
+    app.add_routes(
+        [
+            web.get("/small", small),
+            web.post("/items", create_item),
+            web.get("/items/{id}", get_item),
+            web.delete("/items/{id}", delete_item),
+            web.post("/seed", seed),
+            web.post("/held", held),
+            web.get("/stats", stats),
+        ]
+    )
+    return app
+
+
+async def serve(cert: str, key: str) -> None:
+    """Listen on 127.0.0.1 (two ephemeral ports), announce them, serve until SIGTERM/SIGINT."""
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    runner = web.AppRunner(create_app(), access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, backlog=1024).start()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls, backlog=1024).start()
+    http_port, https_port = (addr[1] for addr in runner.addresses)
+    print(json.dumps({"http": http_port, "https": https_port}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,237 @@
+"""The approvals queue: pending approvals in memory, each with the one future its flows await.
+
+Lifecycle of an approval: `open` (registered, so identical requests can join it at once) →
+`store` (written ahead, then the timer starts, the page and webhooks are told) → exactly one
+of: approved or denied by a person (`decide`), timed out (its timer), expired (every agent
+waiting on it disconnected, or undoproxy stopped). The first decision wins: the state is
+claimed in memory before anything is awaited, so a second one finds it taken and gets 409.
+
+Usage from a hook:
+
+    pending = queue.find(session_id, fingerprint) or queue.open(approval)
+    queue.join(pending, step_id, flow_id, client_id)
+    decision = await queue.wait(pending)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from undoproxy.approvals.notify import Webhooks
+from undoproxy.approvals.views import approval_json, notify_text
+from undoproxy.errors import JournalError, UndoproxyError
+from undoproxy.store import approvals as store
+from undoproxy.store.approvals import Approval
+from undoproxy.store.journal import Journal
+
+log = logging.getLogger(__name__)
+
+
+class ApprovalError(UndoproxyError):
+    """A decision that cannot be taken; `status` is the HTTP status the API answers."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What became of an approval: approved, denied, timed_out, expired (or failed to store)."""
+
+    state: str
+    reason: str
+    by: str | None = None
+
+
+@dataclass
+class Pending:
+    """An approval still waiting, with the flows parked on it."""
+
+    approval: Approval
+    future: asyncio.Future[Decision]
+    waiting: dict[str, str] = field(default_factory=dict)  # flow id -> client connection id
+    stored: bool = False  # its INSERT is queued: later joiners are written by UPDATE
+    timer: asyncio.TimerHandle | None = None
+
+
+class ApprovalQueue:
+    """Every pending approval of the running undoproxy, and the decisions on them."""
+
+    def __init__(self, journal: Journal, webhooks: Webhooks | None = None) -> None:
+        self.journal = journal
+        self.webhooks = webhooks
+        self.admin_url = ""  # set once the admin app listens; used in webhook links
+        self._by_id: dict[str, Pending] = {}
+        self._by_fingerprint: dict[tuple[str, str], Pending] = {}
+
+    async def recover(self) -> int:
+        """Expire what an earlier run left pending (its agents are gone); call before serving."""
+        count = await store.expire_stale(self.journal)
+        if count:
+            log.info("%d approval(s) left pending by the last run are now expired", count)
+        return count
+
+    # --- held flows -----------------------------------------------------------------------
+
+    def find(self, session_id: str, fingerprint: str) -> Pending | None:
+        """The pending approval an identical request of the session is already waiting on."""
+        pending = self._by_fingerprint.get((session_id, fingerprint))
+        return pending if pending is not None and pending.approval.state == "pending" else None
+
+    def open(self, approval: Approval) -> Pending:
+        """Register a new approval (not yet stored) so identical requests join it."""
+        pending = Pending(approval, asyncio.get_running_loop().create_future())
+        self._by_id[approval.id] = pending
+        self._by_fingerprint[(approval.session_id, approval.fingerprint)] = pending
+        return pending
+
+    def join(self, pending: Pending, step_id: str, flow_id: str, client_id: str) -> None:
+        """Park one more flow (with its own step) on an approval."""
+        pending.waiting[flow_id] = client_id
+        if step_id not in pending.approval.step_ids:
+            pending.approval.step_ids.append(step_id)
+            if pending.stored:
+                self.journal.writer.submit(store.SET_STEPS, store.decide_params(pending.approval))
+                self._publish(pending.approval)
+
+    async def store(self, pending: Pending, timeout: float) -> None:
+        """Write the approval ahead, start its timer, tell the page and the webhooks.
+
+        Raises JournalError (after failing every flow waiting on it) when it cannot be written.
+        """
+        approval = pending.approval
+        approval.created_at = time.time()
+        approval.expires_at = approval.created_at + timeout
+        pending.stored = True
+        try:
+            await self.journal.writer.write(store.INSERT, approval.to_row())
+        except JournalError as exc:
+            self._finish(pending, Decision("failed", str(exc)), publish=False)
+            raise
+        pending.timer = asyncio.get_running_loop().call_later(timeout, self._time_out, pending)
+        self._publish(approval)
+        if self.webhooks is not None and self.webhooks.urls:
+            self.webhooks.send(notify_text(approval, self.admin_url))
+
+    async def wait(self, pending: Pending) -> Decision:
+        """The decision on an approval (shared by every flow waiting on it)."""
+        return await asyncio.shield(pending.future)
+
+    def disconnected(self, client_id: str) -> None:
+        """An agent connection closed: approvals none of whose flows remain are expired."""
+        for pending in list(self._by_id.values()):
+            gone = [f for f, c in pending.waiting.items() if c == client_id]
+            for flow_id in gone:
+                del pending.waiting[flow_id]
+            if gone and not pending.waiting and pending.approval.state == "pending":
+                self._claim(pending, "expired", "the agent disconnected before anyone decided")
+                self.journal.writer.submit(store.DECIDE, store.decide_params(pending.approval))
+                self._finish(pending, self._decision(pending))
+
+    # --- decisions --------------------------------------------------------------------------
+
+    async def decide(
+        self, approval_id: str, *, approve: bool, by: str, reason: str | None
+    ) -> Approval:
+        """Approve or deny; raises ApprovalError (404, 409, 400 or 503) when that cannot be."""
+        pending = self._by_id.get(approval_id)
+        if pending is None or not pending.stored:
+            await self.journal.writer.flush()
+            known = await store.load(self.journal, approval_id)
+            if known is None:
+                raise ApprovalError(404, "not_found", f"no approval {approval_id!r}")
+            raise ApprovalError(409, "conflict", _already(known))
+        approval = pending.approval
+        if approval.state != "pending":
+            raise ApprovalError(409, "conflict", _already(approval))
+        reason = (reason or "").strip() or None
+        if approval.risk == "critical" and reason is None:
+            raise ApprovalError(
+                400, "reason_required", "this request is critical risk: give a reason to decide"
+            )
+        self._claim(pending, "approved" if approve else "denied", reason, by)
+        try:
+            await self.journal.writer.write(store.DECIDE, store.decide_params(approval))
+        except JournalError as exc:
+            # Not durable, so not decided: put it back (and time it out if its time has come).
+            approval.state, approval.decided_at, approval.decided_by = "pending", None, None
+            approval.reason = None
+            if time.time() >= approval.expires_at:
+                self._time_out(pending)
+            raise ApprovalError(503, "journal_unavailable", str(exc)) from None
+        self._finish(pending, self._decision(pending))
+        return approval
+
+    def _time_out(self, pending: Pending) -> None:
+        if pending.approval.state != "pending":
+            return
+        seconds = pending.approval.expires_at - pending.approval.created_at
+        self._claim(pending, "timed_out", f"nobody decided within {seconds:g}s")
+        self.journal.writer.submit(store.DECIDE, store.decide_params(pending.approval))
+        self._finish(pending, self._decision(pending))
+
+    @staticmethod
+    def _claim(pending: Pending, state: str, reason: str | None, by: str | None = None) -> None:
+        approval = pending.approval
+        approval.state, approval.reason, approval.decided_by = state, reason, by
+        approval.decided_at = time.time()
+
+    @staticmethod
+    def _decision(pending: Pending) -> Decision:
+        approval = pending.approval
+        by = approval.decided_by
+        default = f"{approval.state} by {by}" if by else approval.state
+        return Decision(approval.state, approval.reason or default, by)
+
+    def _finish(self, pending: Pending, decision: Decision, *, publish: bool = True) -> None:
+        approval = pending.approval
+        self._by_id.pop(approval.id, None)
+        key = (approval.session_id, approval.fingerprint)
+        if self._by_fingerprint.get(key) is pending:
+            del self._by_fingerprint[key]
+        if pending.timer is not None:
+            pending.timer.cancel()
+        if not pending.future.done():
+            pending.future.set_result(decision)
+        if publish:
+            self._publish(approval)
+
+    def _publish(self, approval: Approval) -> None:
+        self.journal.events.publish("approval", approval_json(approval, self.journal))
+
+    # --- reading and stopping -------------------------------------------------------------
+
+    async def get(self, approval_id: str) -> Approval | None:
+        """One approval, pending (from memory) or not (from the journal)."""
+        pending = self._by_id.get(approval_id)
+        if pending is not None and pending.stored:
+            return pending.approval
+        await self.journal.writer.flush()
+        return await store.load(self.journal, approval_id)
+
+    async def recent(
+        self, *, state: str | None = None, session_id: str | None = None, limit: int = 200
+    ) -> list[Approval]:
+        """Approvals newest first, as committed (everything queued so far included)."""
+        await self.journal.writer.flush()
+        return await store.load_many(self.journal, state=state, session_id=session_id, limit=limit)
+
+    async def close(self) -> None:
+        """Undoproxy stops: nothing pending can be forwarded any more, so it all expires."""
+        for pending in list(self._by_id.values()):
+            if pending.approval.state == "pending":
+                self._claim(pending, "expired", "undoproxy stopped before anyone decided")
+                if pending.stored:
+                    self.journal.writer.submit(store.DECIDE, store.decide_params(pending.approval))
+            self._finish(pending, self._decision(pending))
+        if self.webhooks is not None:
+            await self.webhooks.close()
+
+
+def _already(approval: Approval) -> str:
+    who = f" by {approval.decided_by}" if approval.decided_by else ""
+    return f"approval {approval.id} is already {approval.state}{who}; it cannot be decided again"

@@ -1,0 +1,150 @@
+"""Plain data the compensators work on: what a step did, what it saw, what would undo it."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def parse_json(body: bytes | None) -> Any:
+    """The parsed JSON of a body, or None when it is empty or not JSON."""
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def content_hash(body: bytes | None) -> str:
+    """A hash that ignores JSON formatting and key order; raw bytes otherwise."""
+    parsed = parse_json(body)
+    if parsed is not None:
+        data = json.dumps(parsed, sort_keys=True, separators=(",", ":")).encode()
+    else:
+        data = body or b""
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Snapshot:
+    """The target of a mutation as a GET saw it just before the mutation was forwarded."""
+
+    url: str
+    status: int
+    body: bytes = b""
+    etag: str | None = None
+    last_modified: str | None = None
+    content_type: str | None = None
+
+    @property
+    def existed(self) -> bool:
+        """False when the GET said the target did not exist (404/410)."""
+        return self.status not in (404, 410)
+
+    def to_json(self) -> dict[str, Any]:
+        """The journal's form (bodies base64, exact bytes)."""
+        return {
+            "url": self.url,
+            "status": self.status,
+            "etag": self.etag,
+            "last_modified": self.last_modified,
+            "content_type": self.content_type,
+            "body_b64": base64.b64encode(self.body).decode(),
+            "length": len(self.body),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Snapshot:
+        """Back from the journal's form."""
+        return cls(
+            url=data["url"],
+            status=data["status"],
+            body=base64.b64decode(data.get("body_b64") or ""),
+            etag=data.get("etag"),
+            last_modified=data.get("last_modified"),
+            content_type=data.get("content_type"),
+        )
+
+
+@dataclass
+class Facts:
+    """What is known about one mutation step; response fields are None before the response."""
+
+    method: str
+    url: str
+    captures: dict[str, str] = field(default_factory=dict)
+    request_body: bytes = b""
+    snapshot: Snapshot | None = None
+    response_status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    response_body: bytes | None = None
+
+    @property
+    def request_json(self) -> Any:
+        """The request body as JSON, or None."""
+        return parse_json(self.request_body)
+
+    @property
+    def response_json(self) -> Any:
+        """The response body as JSON, or None."""
+        return parse_json(self.response_body)
+
+    def response_header(self, name: str) -> str | None:
+        """A response header by case-insensitive name."""
+        lower = name.lower()
+        return next((v for k, v in self.response_headers.items() if k.lower() == lower), None)
+
+
+@dataclass
+class Plan:
+    """Decided before forwarding: which compensation applies, and what to snapshot for it."""
+
+    kind: str  # restore | delete-created | recreate | template | a pack name | irreversible
+    snapshot_url: str | None = None
+    template: dict[str, Any] | None = None
+    reason: str | None = None  # why it is irreversible
+    inferred: bool = False  # chosen by defaults.compensate: auto, not by a rule
+
+    @property
+    def irreversible(self) -> bool:
+        """True when no compensation exists for this step."""
+        return self.kind == "irreversible"
+
+
+def encode_body(value: Any) -> tuple[str | None, str | None]:
+    """(base64 body, content type) for a compensation body given as JSON, text or bytes."""
+    if value is None:
+        return None, None
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode(), None
+    if isinstance(value, str):
+        return base64.b64encode(value.encode()).decode(), "text/plain; charset=utf-8"
+    return base64.b64encode(json.dumps(value).encode()).decode(), "application/json"
+
+
+class Irreversible(Exception):
+    """No compensation can be built; the message says why (and what a person should do)."""
+
+
+def inverse_request(
+    method: str,
+    url: str,
+    body: Any = None,
+    content_type: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One inverse request in the journal's form."""
+    body_b64, inferred_type = encode_body(body)
+    out: dict[str, Any] = {
+        "method": method,
+        "url": url,
+        "body_b64": body_b64,
+        "content_type": content_type or inferred_type,
+    }
+    if headers:
+        out["headers"] = headers
+    return out

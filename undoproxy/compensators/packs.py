@@ -1,0 +1,68 @@
+"""API packs: named compensators that know one API's inverse operation.
+
+Each builder takes the step's Facts (after a successful response) and returns the inverse
+request, or raises Irreversible saying why it cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from undoproxy.compensators.model import Facts, Irreversible
+from undoproxy.compensators.model import inverse_request as _request
+
+
+def _field(facts: Facts, name: str) -> Any:
+    body = facts.response_json
+    value = body.get(name) if isinstance(body, dict) else None
+    if value in (None, ""):
+        raise Irreversible(
+            f"the response has no {name!r}, so the {facts.method} cannot be undone automatically"
+        )
+    return value
+
+
+def github_close_issue(facts: Facts) -> dict[str, Any]:
+    """Issues cannot be deleted: PATCH the created issue to closed."""
+    number = _field(facts, "number")
+    base = facts.url.split("?", 1)[0].rstrip("/")
+    return _request("PATCH", f"{base}/{number}", {"state": "closed"})
+
+
+def github_delete_comment(facts: Facts) -> dict[str, Any]:
+    """DELETE the created comment (its API `url`, else /repos/o/r/issues/comments/{id})."""
+    url = (facts.response_json or {}).get("url") if isinstance(facts.response_json, dict) else None
+    if isinstance(url, str) and urlsplit(url).netloc == urlsplit(facts.url).netloc:
+        return _request("DELETE", url)
+    comment_id = _field(facts, "id")
+    path = urlsplit(facts.url).path
+    repo = "/".join(path.split("/")[:4])  # /repos/{owner}/{repo}
+    return _request("DELETE", urljoin(facts.url, f"{repo}/issues/comments/{comment_id}"))
+
+
+def stripe_refund(facts: Facts) -> dict[str, Any]:
+    """Refund the created charge or payment intent (form-encoded, as Stripe expects)."""
+    created = _field(facts, "id")
+    kind = "payment_intent" if str(created).startswith("pi_") else "charge"
+    return _request(
+        "POST",
+        urljoin(facts.url, "/v1/refunds"),
+        f"{kind}={created}",
+        "application/x-www-form-urlencoded",
+    )
+
+
+def slack_delete_message(facts: Facts) -> dict[str, Any]:
+    """chat.delete the message chat.postMessage sent."""
+    channel, ts = _field(facts, "channel"), _field(facts, "ts")
+    return _request("POST", urljoin(facts.url, "/api/chat.delete"), {"channel": channel, "ts": ts})
+
+
+PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
+    "github.close-issue": github_close_issue,
+    "github.delete-comment": github_delete_comment,
+    "stripe.refund": stripe_refund,
+    "slack.delete-message": slack_delete_message,
+}

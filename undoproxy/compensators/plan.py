@@ -1,0 +1,61 @@
+"""Which compensation a mutation gets, decided before it is forwarded.
+
+A rule's `compensate:` wins; a rule without one, or no rule, gets the REST inverse inferred
+from the method when `defaults.compensate: auto` (PUT/PATCH: restore, DELETE: recreate,
+POST: delete-created), else the step is irreversible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
+from undoproxy.compensators.model import Plan
+from undoproxy.rules import Rule, TemplateContext, TemplateError, render_template
+from undoproxy.rules.request import RequestView
+
+INFERRED = {"PUT": "restore", "PATCH": "restore", "DELETE": "recreate", "POST": "delete-created"}
+
+
+def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, str]) -> str:
+    """The URL to snapshot: the rule's `snapshot.url` (captures filled in), else the request's."""
+    spec = rule.effective_snapshot if rule is not None else None
+    if spec is None or spec.url_template is None:
+        return request.url
+    rendered = render_template(spec.url_template, TemplateContext(captures=captures))
+    return request.resolve(str(rendered))
+
+
+def plan_for(
+    request: RequestView, rule: Rule | None, captures: dict[str, str], *, auto: bool
+) -> Plan:
+    """The compensation plan of a mutation."""
+    compensate: str | dict[str, Any] | None = rule.compensate if rule is not None else None
+    try:
+        if compensate == "none":
+            return Plan(
+                "irreversible", reason=f"rule {rule.name if rule else ''} says compensate: none"
+            )
+        if isinstance(compensate, dict):
+            wants_snapshot = rule is not None and rule.snapshot_needed()
+            url = snapshot_url(rule, request, captures) if wants_snapshot else None
+            return Plan("template", snapshot_url=url, template=compensate)
+        if isinstance(compensate, str):
+            url = (
+                snapshot_url(rule, request, captures)
+                if (compensate in NEEDS_SNAPSHOT or (rule and rule.snapshot))
+                else None
+            )
+            return Plan(compensate, snapshot_url=url)
+    except TemplateError as exc:
+        return Plan("irreversible", reason=f"the snapshot URL cannot be built: {exc}")
+    inferred = INFERRED.get(request.method)
+    if not auto or inferred is None:
+        why = (
+            "no rule gives a compensation and defaults.compensate is none"
+            if not auto
+            else f"no compensation is known for {request.method}"
+        )
+        return Plan("irreversible", reason=why)
+    url = snapshot_url(rule, request, captures) if inferred in NEEDS_SNAPSHOT else None
+    return Plan(inferred, snapshot_url=url, inferred=True)

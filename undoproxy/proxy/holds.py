@@ -1,0 +1,197 @@
+"""Holding requests for approval, as a mitmproxy addon (the Gate's `Holder`).
+
+A held request is journaled (`held`) and its approval written ahead before the agent starts
+waiting; then the hook awaits the approval's future, which holds only this flow: every other
+request keeps flowing. Approved: the hook returns and the later addons forward it as usual.
+Denied, timed out, expired, or anything unexpected: the agent gets the contract's 403 and
+nothing is forwarded (this addon fails closed; it never lets a held request through by error).
+Identical pending requests of a session (method, URL, body) share one approval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mitmproxy import connection, http
+
+from undoproxy import redact
+from undoproxy.approvals import badges
+from undoproxy.approvals.diff import UPDATE_METHODS, update_diff
+from undoproxy.approvals.queue import ApprovalQueue, Decision
+from undoproxy.errors import JournalError
+from undoproxy.proxy import answers
+from undoproxy.proxy.state import FlowState
+from undoproxy.proxy.steps import MUTATION_BODY_LIMIT, new_step
+from undoproxy.store import approvals as store
+from undoproxy.store.approvals import Approval
+from undoproxy.store.journal import Journal
+from undoproxy.store.records import Step, new_id
+
+log = logging.getLogger(__name__)
+Preview = Callable[[http.HTTPFlow, FlowState], Awaitable[dict[str, Any] | None]]
+BODY_SHOWN = 64 * 1024  # of the pretty, redacted body
+PREVIEW_TIMEOUT = 10.0
+
+
+def fingerprint(flow: http.HTTPFlow) -> str:
+    """What makes two requests identical: method, URL and the SHA-256 of the body."""
+    body = hashlib.sha256(flow.request.raw_content or b"").hexdigest()
+    text = f"{flow.request.method}\n{flow.request.pretty_url}\n{body}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Holds:
+    """Parks held flows on approvals; expires approvals whose agents disconnected."""
+
+    def __init__(
+        self,
+        queue: ApprovalQueue,
+        journal: Journal,
+        *,
+        default_timeout: float,
+        defaults_compensate: str = "auto",
+        preview: Preview | None = None,
+    ) -> None:
+        self.queue = queue
+        self.journal = journal
+        self.default_timeout = default_timeout
+        self.defaults_compensate = defaults_compensate
+        self.preview = preview
+
+    async def hold(self, flow: http.HTTPFlow, state: FlowState, timeout: float | None) -> None:
+        """Return once approved; otherwise set the 403 (or 503) the agent gets."""
+        try:
+            await self._hold(flow, state, timeout or self.default_timeout)
+        except Exception:
+            log.exception("holding %s %s failed", flow.request.method, flow.request.pretty_url)
+            if flow.response is None:
+                self._refuse(flow, state, None, Decision("denied", "undoproxy failed to hold it"))
+
+    async def _hold(self, flow: http.HTTPFlow, state: FlowState, timeout: float) -> None:
+        step = new_step(flow, state, self.journal, "held")
+        try:
+            await self.journal.write_ahead(step)
+        except JournalError as exc:
+            state.answered = True
+            flow.response = answers.journal_unavailable(str(exc))
+            return
+        fp = fingerprint(flow)
+        pending = self.queue.find(state.session_id, fp)
+        if pending is not None:
+            self.queue.join(pending, step.id, flow.id, flow.client_conn.id)
+        else:
+            pending = self.queue.open(self._approval(flow, state, step, fp))
+            self.queue.join(pending, step.id, flow.id, flow.client_conn.id)
+            pending.approval.context = await self._context(flow, state, step)
+            try:
+                await self.queue.store(pending, timeout)
+            except JournalError:
+                pass  # the queue failed the approval: `wait` returns that decision at once
+        log.info(
+            "holding %s %s (session %s) for approval %s",
+            flow.request.method,
+            redact.url(flow.request.pretty_url),
+            state.session_id,
+            pending.approval.id,
+        )
+        decision = await self.queue.wait(pending)
+        if decision.state != "approved":
+            self._refuse(flow, state, pending.approval, decision)
+
+    def _refuse(
+        self, flow: http.HTTPFlow, state: FlowState, approval: Approval | None, decision: Decision
+    ) -> None:
+        state.answered = True
+        rule = state.rule.name if state.rule is not None else "defaults.mutations"
+        if decision.state == "failed":
+            flow.response = answers.journal_unavailable(decision.reason)
+        else:
+            flow.response = answers.denied(
+                rule,
+                decision.reason,
+                approval.id if approval else "",
+                decision="timeout" if decision.state == "timed_out" else "denied",
+            )
+        if state.step is not None:
+            self.journal.update(
+                state.step,
+                status="denied",
+                response_status=flow.response.status_code,
+                error=f"{decision.state}: {decision.reason}",
+                duration_ms=round((time.monotonic() - state.started) * 1000, 3),
+            )
+
+    def _approval(self, flow: http.HTTPFlow, state: FlowState, step: Step, fp: str) -> Approval:
+        now = time.time()
+        rule = state.rule
+        return Approval(
+            id=new_id("ap"),
+            session_id=state.session_id,
+            step_id=step.id,
+            fingerprint=fp,
+            method=flow.request.method,
+            url=redact.url(flow.request.pretty_url),
+            created_at=now,
+            expires_at=now,
+            rule=rule.name if rule is not None else None,
+            risk=rule.risk if rule is not None else None,
+        )
+
+    async def _context(self, flow: http.HTTPFlow, state: FlowState, step: Step) -> dict[str, Any]:
+        """What the page shows with the approval: body, badges, diff (all redacted)."""
+        request = flow.request
+        content_type = request.headers.get("Content-Type", "")
+        raw = request.get_content(strict=False) or b""
+        parsed: Any = None
+        if raw and len(raw) <= MUTATION_BODY_LIMIT:
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = None
+            shown = redact.body_text(raw, content_type) or ""
+        else:
+            shown = f"<{len(raw)} bytes: too large to show>" if raw else ""
+        if len(shown) > BODY_SHOWN:
+            shown = shown[:BODY_SHOWN] + "\n... (truncated)"
+        host = request.pretty_host
+        first = not await store.seen_host(self.journal, state.session_id, host, step.id)
+        rule = state.rule
+        context: dict[str, Any] = {
+            "host": host,
+            "content_type": content_type or None,
+            "body": shown if raw else None,
+            "body_length": len(raw),
+            "badges": badges.compute(
+                request.method,
+                parsed,
+                compensate=rule.compensate if rule is not None else None,
+                defaults_compensate=self.defaults_compensate,
+                first_to_host=first,
+                host=host,
+            ),
+            "diff": None,
+        }
+        if self.preview is not None and request.method in UPDATE_METHODS:
+            try:
+                current = await asyncio.wait_for(self.preview(flow, state), PREVIEW_TIMEOUT)
+            except Exception as exc:
+                why = str(exc) or type(exc).__name__
+                context["diff_error"] = f"could not read the current target: {why}"
+            else:
+                wanted = parsed if parsed is not None else raw.decode("utf-8", "replace")
+                context["diff"] = update_diff(request.method, current, wanted)
+        return context
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        """The agent gave up: approvals none of whose requests remain expire."""
+        self.queue.disconnected(client.id)
+
+    async def done(self) -> None:
+        """undoproxy stops: every pending approval expires (nothing held is ever forwarded)."""
+        await self.queue.close()

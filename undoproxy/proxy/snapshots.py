@@ -1,0 +1,201 @@
+"""Snapshots and compensations, as a mitmproxy addon.
+
+Before a mutation is forwarded: decide its compensation plan, GET the target with the agent's
+own credentials when the plan needs it (restore, recreate, `snapshot:`), build what can be
+known of the compensation, and hand it to the journal addon to be written ahead with the step
+(the agent's credentials sealed for the compensation). If the snapshot fails the mutation is
+not forwarded (502), unless the rule says `on_snapshot_error: proceed` (then the step is
+irreversible). After the response: complete the compensation from it, and record what the
+agent's write produced (the drift-check baseline), re-reading the target in the background
+when the response did not say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from mitmproxy import http
+
+from undoproxy import redact
+from undoproxy.compensators.build import complete, prepare
+from undoproxy.compensators.model import Facts, Plan, Snapshot, content_hash, parse_json
+from undoproxy.compensators.plan import plan_for
+from undoproxy.credentials import CredentialBox
+from undoproxy.proxy import answers
+from undoproxy.proxy.gate import request_view
+from undoproxy.proxy.state import FlowState, state_of
+from undoproxy.proxy.steps import new_step
+from undoproxy.retry import RetryPolicy
+from undoproxy.store.journal import Journal
+from undoproxy.upstream import UpstreamClient, UpstreamError, read_headers
+
+log = logging.getLogger(__name__)
+SNAPSHOT_RETRY = RetryPolicy(attempts=3, base=0.1, cap=1.0, max_retry_after=5.0)
+SNAPSHOT_LIMIT = 10 * 1024 * 1024
+
+
+class SnapshotFailed(Exception):
+    """The target could not be read before the mutation."""
+
+
+class Snapshots:
+    """Takes snapshots and records compensations for every mutation."""
+
+    def __init__(
+        self, journal: Journal, client: UpstreamClient, box: CredentialBox, *, auto: bool
+    ) -> None:
+        self.journal = journal
+        self.client = client
+        self.box = box
+        self.auto = auto
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def take(self, url: str, flow: http.HTTPFlow) -> Snapshot:
+        """GET `url` as the agent would (its credentials), retrying where that is safe."""
+        headers = read_headers(list(flow.request.headers.items(multi=True)))
+        try:
+            resp = await self.client.send_with_retries("GET", url, SNAPSHOT_RETRY, headers)
+        except UpstreamError as exc:
+            raise SnapshotFailed(str(exc)) from None
+        if resp.status in (404, 410):
+            return Snapshot(url, resp.status)
+        if not 200 <= resp.status < 300:
+            raise SnapshotFailed(f"GET {redact.url(url)} answered HTTP {resp.status}")
+        if len(resp.body) > SNAPSHOT_LIMIT:
+            raise SnapshotFailed(f"the target is larger than {SNAPSHOT_LIMIT} bytes")
+        return Snapshot(
+            url,
+            resp.status,
+            resp.body,
+            resp.header("ETag"),
+            resp.header("Last-Modified"),
+            resp.header("Content-Type"),
+        )
+
+    def _plan(self, flow: http.HTTPFlow, state: FlowState) -> Plan:
+        view = state.view or request_view(flow)
+        state.view = view
+        return plan_for(view, state.rule, state.captures, auto=self.auto)
+
+    async def preview(self, flow: http.HTTPFlow, state: FlowState) -> dict[str, Any] | None:
+        """The target as it is now, for the approval page's diff (None when not applicable)."""
+        plan = self._plan(flow, state)
+        if plan.snapshot_url is None:
+            return None
+        try:
+            snap = await self.take(plan.snapshot_url, flow)
+        except SnapshotFailed:
+            return None
+        body: Any = parse_json(snap.body)
+        if body is None:
+            body = snap.body.decode("utf-8", "replace")
+        return {"url": snap.url, "status": snap.status, "body": body}
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        """Plan, snapshot and prepare the compensation of a mutation about to be forwarded."""
+        state = state_of(flow)
+        if state is None or not state.is_mutation or flow.response is not None:
+            return
+        plan = self._plan(flow, state)
+        snapshot = None
+        if plan.snapshot_url is not None:
+            try:
+                snapshot = await self.take(plan.snapshot_url, flow)
+            except SnapshotFailed as exc:
+                rule = state.rule
+                if rule is None or rule.on_snapshot_error != "proceed":
+                    self._block(flow, state, plan.snapshot_url, str(exc))
+                    return
+                plan = Plan(
+                    "irreversible",
+                    reason=f"the snapshot failed ({exc}) and the rule "
+                    "says on_snapshot_error: proceed",
+                )
+        facts = Facts(
+            flow.request.method,
+            flow.request.pretty_url,
+            dict(state.captures),
+            flow.request.get_content(strict=False) or b"",
+            snapshot,
+        )
+        comp = prepare(plan, facts)
+        state.plan = (plan, facts)
+        state.pending_fields = {
+            "snapshot": snapshot.to_json() if snapshot else None,
+            "compensation": comp,
+            "credentials": None
+            if plan.irreversible
+            else self.box.seal(redact.credential_headers(flow.request.headers.items(multi=True))),
+        }
+
+    def _block(self, flow: http.HTTPFlow, state: FlowState, url: str, detail: str) -> None:
+        log.warning(
+            "not forwarding %s %s: snapshot failed: %s",
+            flow.request.method,
+            redact.url(flow.request.pretty_url),
+            detail,
+        )
+        fields = {
+            "status": "failed",
+            "response_status": 502,
+            "error": f"not forwarded: the snapshot before it failed: {detail}",
+        }
+        if state.step is None:
+            step = new_step(flow, state, self.journal, "failed")
+            for name, value in fields.items():
+                setattr(step, name, value)
+            self.journal.record(step)
+        else:
+            self.journal.update(state.step, **fields)
+        state.answered = True
+        flow.response = answers.snapshot_failed(
+            state.step.id if state.step else "", redact.url(url), detail
+        )
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """Complete the compensation from the response."""
+        state = state_of(flow)
+        if state is None or state.answered or state.plan is None or flow.response is None:
+            return
+        plan, facts = state.plan
+        facts.response_status = flow.response.status_code
+        facts.response_headers = dict(flow.response.headers.items())
+        facts.response_body = (
+            None if flow.response.stream else (flow.response.get_content(strict=False) or b"")
+        )
+        comp = complete(plan, state.pending_fields["compensation"], facts)
+        state.outcome_fields["compensation"] = comp
+        if comp.get("needs_after_read") and comp.get("snapshot_url") and state.step:
+            task = asyncio.get_running_loop().create_task(
+                self._after_read(flow, state, comp), name="after-read"
+            )
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _after_read(
+        self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
+    ) -> None:
+        # The response did not show the result of the write: read it, so that rollback can
+        # tell later whether someone else changed the target since.
+        try:
+            snap = await self.take(comp["snapshot_url"], flow)
+        except SnapshotFailed as exc:
+            log.info("could not read the result of step %s: %s", state.step and state.step.id, exc)
+            return
+        after = (
+            {"etag": snap.etag}
+            if snap.etag
+            else {"sha256": content_hash(snap.body), "exists": snap.existed}
+        )
+        if state.step is not None:
+            self.journal.update(
+                state.step, compensation={**comp, "after": after, "needs_after_read": False}
+            )
+
+    async def done(self) -> None:
+        """Let in-flight after-reads finish, then close the client."""
+        if self._background:
+            await asyncio.wait(self._background, timeout=5)
+        await self.client.close()

@@ -1,0 +1,151 @@
+"""Requests undoproxy itself sends upstream: snapshots before mutations and compensations.
+
+They go straight to the upstream with aiohttp, never through mitmproxy (whose replay would
+run them one at a time and through our own hooks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from undoproxy.retry import RETRY_STATUSES, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+# Never copied from an agent's request onto a request of ours.
+_DROP = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+        "accept-encoding",
+        "if-match",
+        "if-none-match",
+        "if-modified-since",
+        "if-unmodified-since",
+        "if-range",
+        "x-undoproxy-session",
+    }
+)
+
+
+def read_headers(headers: Mapping[str, str] | list[tuple[str, str]]) -> dict[str, str]:
+    """The agent's headers fit for a GET of ours (its credentials and Accept included)."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return {k: v for k, v in items if k.lower() not in _DROP}
+
+
+@dataclass
+class UpstreamResponse:
+    """A complete response from an upstream."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    attempts: int = 1
+
+    def header(self, name: str) -> str | None:
+        """A header by case-insensitive name."""
+        lower = name.lower()
+        return next((v for k, v in self.headers.items() if k.lower() == lower), None)
+
+
+@dataclass
+class UpstreamError(Exception):
+    """The upstream could not be reached (after retries, where retrying was safe)."""
+
+    message: str
+    attempts: int = 1
+    history: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UpstreamClient:
+    """One aiohttp session for all of undoproxy's own upstream requests."""
+
+    def __init__(self, *, insecure: bool = False, timeout: float = 30.0) -> None:
+        self._insecure = insecure
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=not self._insecure, limit=64)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, trust_env=False, auto_decompress=True
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the pooled connections."""
+        if self._session is not None:
+            await self._session.close()
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> UpstreamResponse:
+        """One attempt; raises UpstreamError when no response arrives."""
+        try:
+            async with self._client().request(
+                method, url, headers=dict(headers or {}), data=body, allow_redirects=False
+            ) as resp:
+                data = await resp.read()
+                return UpstreamResponse(resp.status, dict(resp.headers), data)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError(
+                f"{method} {url}: {type(exc).__name__}: {exc}".rstrip(": ")
+            ) from None
+
+    async def send_with_retries(
+        self,
+        method: str,
+        url: str,
+        policy: RetryPolicy,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> UpstreamResponse:
+        """Retry connection errors, 5xx and 429 with backoff; the last answer or UpstreamError.
+
+        Only call this for requests that are safe to repeat (GETs, and compensations that are
+        idempotent by construction: PUT of a snapshot, DELETE).
+        """
+        history: list[str] = []
+        for attempt in range(1, policy.attempts + 1):
+            retry_after = None
+            try:
+                response = await self.send(method, url, headers, body)
+            except UpstreamError as exc:
+                history.append(str(exc))
+                if attempt == policy.attempts:
+                    raise UpstreamError(
+                        f"{exc} (after {attempt} attempts)", attempt, history
+                    ) from None
+            else:
+                response.attempts = attempt
+                if response.status not in RETRY_STATUSES or attempt == policy.attempts:
+                    return response
+                history.append(f"HTTP {response.status}")
+                retry_after = response.header("Retry-After")
+            await asyncio.sleep(policy.delay(attempt, retry_after))
+        raise AssertionError("unreachable")
