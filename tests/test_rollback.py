@@ -24,8 +24,10 @@ SECRET = "sk-agent-SECRET-123"
 @pytest.fixture
 def state() -> rest.RestState:
     s = rest.RestState(token=SECRET)
-    s.items = {"1": {"id": "1", "name": "Ada", "tier": "gold"},
-               "2": {"id": "2", "name": "Grace", "tags": ["navy"]}}
+    s.items = {
+        "1": {"id": "1", "name": "Ada", "tier": "gold"},
+        "2": {"id": "2", "name": "Grace", "tags": ["navy"]},
+    }
     return s
 
 
@@ -62,12 +64,14 @@ def rollback(proxy: Undoproxy, session: str, **body: Any) -> dict[str, Any]:
 
 
 def test_create_update_patch_delete_rolled_back_to_the_exact_prior_state(
-        up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str) -> None:
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
     before = state.snapshot()
     with agent(up, session_id) as s:
         created = s.post(f"{api.base_url}/items", json={"name": "Linus"}).json()
-        s.put(f"{api.base_url}/items/1", json={"name": "Ada L.", "title": "Countess"}
-              ).raise_for_status()
+        s.put(
+            f"{api.base_url}/items/1", json={"name": "Ada L.", "title": "Countess"}
+        ).raise_for_status()
         s.patch(f"{api.base_url}/items/2", json={"rank": "admiral"}).raise_for_status()
         s.delete(f"{api.base_url}/items/1").raise_for_status()
     assert created["id"] in state.items and "1" not in state.items
@@ -82,8 +86,9 @@ def test_create_update_patch_delete_rolled_back_to_the_exact_prior_state(
     assert {st["status"] for st in shown["steps"]} == {"compensated"}
 
 
-def test_a_second_rollback_sends_nothing_twice(up: Undoproxy, api: ThreadedServer,
-                                               state: rest.RestState, session_id: str) -> None:
+def test_a_second_rollback_sends_nothing_twice(
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
     with agent(up, session_id) as s:
         s.post(f"{api.base_url}/items", json={"name": "once"}).raise_for_status()
     assert rollback(up, session_id)["state"] == "rolled_back"
@@ -91,20 +96,30 @@ def test_a_second_rollback_sends_nothing_twice(up: Undoproxy, api: ThreadedServe
     again = rollback(up, session_id)
     assert again["state"] == "rolled_back"
     assert [(st["status"], st["detail"]) for st in again["steps"]] == [
-        ("skipped", "already compensated by an earlier rollback")]
+        ("skipped", "already compensated by an earlier rollback")
+    ]
     assert len(state.log) == sent
 
 
 @pytest.mark.parametrize("etags", [True, False], ids=["etag", "body-compare"])
 def test_drift_is_a_conflict_and_nothing_is_overwritten_unless_forced(
-        up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str,
-        etags: bool, upstream_cert: tuple[Path, Path]) -> None:
+    up: Undoproxy,
+    api: ThreadedServer,
+    state: rest.RestState,
+    session_id: str,
+    etags: bool,
+    upstream_cert: tuple[Path, Path],
+) -> None:
     state.etags = etags
     with agent(up, session_id) as s:
         s.put(f"{api.base_url}/items/1", json={"name": "by agent"}).raise_for_status()
     # Someone else changes the record afterwards, not through undoproxy.
-    requests.put(f"{api.base_url}/items/1", json={"name": "by a human"}, verify=str(upstream_cert[0]),
-                 headers={"Authorization": f"Bearer {SECRET}"}).raise_for_status()
+    requests.put(
+        f"{api.base_url}/items/1",
+        json={"name": "by a human"},
+        verify=str(upstream_cert[0]),
+        headers={"Authorization": f"Bearer {SECRET}"},
+    ).raise_for_status()
 
     report = rollback(up, session_id)
     [step] = report["steps"]
@@ -118,8 +133,9 @@ def test_drift_is_a_conflict_and_nothing_is_overwritten_unless_forced(
 
 
 @pytest.mark.parametrize("put_creates", [True, False], ids=["put", "post-fallback"])
-def test_recreate_a_deleted_record(up: Undoproxy, api: ThreadedServer, state: rest.RestState,
-                                   session_id: str, put_creates: bool) -> None:
+def test_recreate_a_deleted_record(
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str, put_creates: bool
+) -> None:
     state.put_creates = put_creates
     with agent(up, session_id) as s:
         s.delete(f"{api.base_url}/items/2").raise_for_status()
@@ -135,9 +151,9 @@ def test_recreate_a_deleted_record(up: Undoproxy, api: ThreadedServer, state: re
         assert ("POST", "/items") in state.log
 
 
-def test_recreate_conflicts_when_the_record_came_back(up: Undoproxy, api: ThreadedServer,
-                                                      state: rest.RestState,
-                                                      session_id: str) -> None:
+def test_recreate_conflicts_when_the_record_came_back(
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
     with agent(up, session_id) as s:
         s.delete(f"{api.base_url}/items/2").raise_for_status()
     state.items["2"] = {"id": "2", "name": "someone recreated it"}
@@ -147,8 +163,8 @@ def test_recreate_conflicts_when_the_record_came_back(up: Undoproxy, api: Thread
 
 
 def test_upstream_down_then_failed_then_a_second_rollback_completes(
-        up: Undoproxy, state: rest.RestState, upstream_cert: tuple[Path, Path],
-        session_id: str) -> None:
+    up: Undoproxy, state: rest.RestState, upstream_cert: tuple[Path, Path], session_id: str
+) -> None:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(*upstream_cert)
     server = ThreadedServer(rest.create_app(state), ctx).start()
@@ -176,16 +192,19 @@ def test_upstream_down_then_failed_then_a_second_rollback_completes(
         server.stop()
 
 
-def test_two_rollbacks_of_one_session_cannot_run_at_once(up: Undoproxy, api: ThreadedServer,
-                                                        state: rest.RestState,
-                                                        session_id: str) -> None:
+def test_two_rollbacks_of_one_session_cannot_run_at_once(
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
     with agent(up, session_id) as s:
         s.post(f"{api.base_url}/items", json={"name": "slow"}).raise_for_status()
     gate = asyncio.Event()
     api.call(lambda: setattr(state, "gate", gate))  # compensations now wait at the upstream
     results: list[requests.Response] = []
-    first = threading.Thread(target=lambda: results.append(
-        up.api("POST", f"/api/sessions/{session_id}/rollback", json={})))
+    first = threading.Thread(
+        target=lambda: results.append(
+            up.api("POST", f"/api/sessions/{session_id}/rollback", json={})
+        )
+    )
     first.start()
     try:
         for _ in range(100):
@@ -202,8 +221,9 @@ def test_two_rollbacks_of_one_session_cannot_run_at_once(up: Undoproxy, api: Thr
     assert results[0].json()["state"] == "rolled_back"
 
 
-def test_commit_then_rollback_is_refused(up: Undoproxy, api: ThreadedServer,
-                                         session_id: str) -> None:
+def test_commit_then_rollback_is_refused(
+    up: Undoproxy, api: ThreadedServer, session_id: str
+) -> None:
     with agent(up, session_id) as s:
         s.post(f"{api.base_url}/items", json={"name": "kept"}).raise_for_status()
     assert up.cli("commit", session_id).returncode == 0
@@ -213,9 +233,9 @@ def test_commit_then_rollback_is_refused(up: Undoproxy, api: ThreadedServer,
     assert cli.returncode == 1 and "committed" in cli.stderr
 
 
-def test_dry_run_prints_the_plan_and_changes_nothing(up: Undoproxy, api: ThreadedServer,
-                                                     state: rest.RestState,
-                                                     session_id: str) -> None:
+def test_dry_run_prints_the_plan_and_changes_nothing(
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
     with agent(up, session_id) as s:
         s.put(f"{api.base_url}/items/1", json={"name": "dry"}).raise_for_status()
     after = state.snapshot()
@@ -227,12 +247,14 @@ def test_dry_run_prints_the_plan_and_changes_nothing(up: Undoproxy, api: Threade
 
 
 def test_unknown_outcome_is_decided_by_re_reading_the_target(
-        up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str) -> None:
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
     with agent(up, session_id) as s:
         for how, name in (("before", "never applied"), ("after", "applied, answer lost")):
             item = "1" if how == "after" else "2"
-            r = s.put(f"{api.base_url}/items/{item}", json={"name": name},
-                      headers={"X-Test-Drop": how})
+            r = s.put(
+                f"{api.base_url}/items/{item}", json={"name": name}, headers={"X-Test-Drop": how}
+            )
             assert r.status_code == 502  # the proxy tells the agent the upstream went away
     steps = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
     assert [st["status"] for st in steps] == ["unknown", "unknown"]
@@ -245,9 +267,9 @@ def test_unknown_outcome_is_decided_by_re_reading_the_target(
     assert state.items["1"] == {"id": "1", "name": "Ada", "tier": "gold"}
 
 
-def test_an_unidentifiable_creation_is_reported_irreversible(up: Undoproxy,
-                                                             tls_upstream: ThreadedServer,
-                                                             session_id: str) -> None:
+def test_an_unidentifiable_creation_is_reported_irreversible(
+    up: Undoproxy, tls_upstream: ThreadedServer, session_id: str
+) -> None:
     with agent(up, session_id) as s:
         s.post(f"{tls_upstream.base_url}/echo/anything", json={"x": 1}).raise_for_status()
     report = rollback(up, session_id)
@@ -257,9 +279,9 @@ def test_an_unidentifiable_creation_is_reported_irreversible(up: Undoproxy,
     assert "names nothing it created" in step["detail"] and "by hand" in step["detail"]
 
 
-def test_credentials_are_replayed_but_never_shown(up: Undoproxy, api: ThreadedServer,
-                                                  state: rest.RestState,
-                                                  session_id: str) -> None:
+def test_credentials_are_replayed_but_never_shown(
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
     with agent(up, session_id) as s:
         s.post(f"{api.base_url}/items", json={"name": "secretive"}).raise_for_status()
     outputs = [
@@ -278,6 +300,7 @@ def test_credentials_are_replayed_but_never_shown(up: Undoproxy, api: ThreadedSe
         rows = db.execute("SELECT * FROM steps WHERE session_id=?", (session_id,)).fetchall()
     finally:
         db.close()
-    stored = json.dumps([[c.decode("latin-1") if isinstance(c, bytes) else c for c in row]
-                         for row in rows])
+    stored = json.dumps(
+        [[c.decode("latin-1") if isinstance(c, bytes) else c for c in row] for row in rows]
+    )
     assert SECRET not in stored  # not even at rest: the credentials column is encrypted

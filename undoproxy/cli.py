@@ -241,7 +241,8 @@ def cmd_rules_explain(args: argparse.Namespace) -> int:
     url = args.url if "://" in args.url else "https://" + args.url
     view = RequestView.from_parts(args.method, url, headers, (args.body or "").encode())
     verdicts = config.rules.explain(view)
-    _out(format_explanation(view, verdicts, default_mutations=config.defaults_mutations))
+    _out(format_explanation(view, verdicts, default_mutations=config.defaults_mutations,
+                            default_compensate=config.defaults_compensate))
     return 0
 
 

@@ -44,8 +44,9 @@ def etag(item: dict[str, Any]) -> str:
     return '"' + hashlib.sha256(json.dumps(item, sort_keys=True).encode()).hexdigest()[:16] + '"'
 
 
-def _answer(state: RestState, item: dict[str, Any], status: int = 200,
-            headers: dict[str, str] | None = None) -> web.Response:
+def _answer(
+    state: RestState, item: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     extra = dict(headers or {})
     if state.etags:
         extra["ETag"] = etag(item)
@@ -58,8 +59,12 @@ async def controls(request: web.Request, handler: Any) -> web.StreamResponse:
     state.log.append((request.method, request.path))
     if state.token and request.headers.get("Authorization") != f"Bearer {state.token}":
         return web.json_response({"error": "unauthorized"}, status=401)
-    if request.method != "GET" and state.gate is not None and not state.gate.is_set() \
-            and "X-Test-Drop" not in request.headers:
+    if (
+        request.method != "GET"
+        and state.gate is not None
+        and not state.gate.is_set()
+        and "X-Test-Drop" not in request.headers
+    ):
         await state.gate.wait()
     drop = request.headers.get("X-Test-Drop") if request.method != "GET" else None
     if drop == "before":

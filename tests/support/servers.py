@@ -14,8 +14,9 @@ from aiohttp import web
 class ThreadedServer:
     """Runs `app` on an ephemeral port in a daemon thread until stop()."""
 
-    def __init__(self, app: web.Application, ssl_context: ssl.SSLContext | None = None,
-                 port: int = 0) -> None:
+    def __init__(
+        self, app: web.Application, ssl_context: ssl.SSLContext | None = None, port: int = 0
+    ) -> None:
         self.app = app
         self.ssl_context = ssl_context
         self.port = port

@@ -12,7 +12,7 @@ from typing import Any
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
 from undoproxy.compensators.model import Plan
 from undoproxy.rules import Rule, TemplateContext, TemplateError, render_template
-from undoproxy.rules.request import RequestView
+from undoproxy.rules.request import NOT_JSON, RequestView
 
 INFERRED = {"PUT": "restore", "PATCH": "restore", "DELETE": "recreate", "POST": "delete-created"}
 
@@ -22,7 +22,9 @@ def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, st
     spec = rule.effective_snapshot if rule is not None else None
     if spec is None or spec.url_template is None:
         return request.url
-    rendered = render_template(spec.url_template, TemplateContext(captures=captures))
+    body = None if request.json is NOT_JSON else request.json
+    rendered = render_template(spec.url_template,
+                               TemplateContext(captures=captures, request_body=body))
     return request.resolve(str(rendered))
 
 

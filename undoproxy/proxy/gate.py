@@ -31,7 +31,7 @@ def request_view(flow: http.HTTPFlow) -> RequestView:
     request = flow.request
     return RequestView.from_parts(
         request.method,
-        request.pretty_url,
+        request.url,
         request.headers.items(multi=True),
         request.get_content(strict=False) or b"",
     )
@@ -62,7 +62,7 @@ class Gate:
                 log.info(
                     "mutation matched no rule: %s %s (session %s)",
                     flow.request.method,
-                    flow.request.pretty_url,
+                    flow.request.url,
                     state.session_id,
                 )
         if state.action == "deny":

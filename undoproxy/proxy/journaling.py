@@ -50,7 +50,7 @@ class JournalAddon:
             else:  # written earlier (held, then approved): now it is about to be sent
                 await self.journal.update_now(state.step, status="pending", **state.pending_fields)
         except JournalError as exc:
-            log.error("not forwarding %s %s: %s", flow.request.method, flow.request.pretty_url, exc)
+            log.error("not forwarding %s %s: %s", flow.request.method, flow.request.url, exc)
             state.answered = True
             flow.response = answers.journal_unavailable(str(exc))
 

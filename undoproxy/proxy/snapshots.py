@@ -115,7 +115,7 @@ class Snapshots:
                 )
         facts = Facts(
             flow.request.method,
-            flow.request.pretty_url,
+            flow.request.url,
             dict(state.captures),
             flow.request.get_content(strict=False) or b"",
             snapshot,
@@ -134,7 +134,7 @@ class Snapshots:
         log.warning(
             "not forwarding %s %s: snapshot failed: %s",
             flow.request.method,
-            redact.url(flow.request.pretty_url),
+            redact.url(flow.request.url),
             detail,
         )
         fields = {

@@ -31,7 +31,7 @@ def new_step(flow: http.HTTPFlow, state: FlowState, journal: Journal, status: st
         session_id=state.session_id,
         seq=journal.next_seq(state.session_id),
         method=request.method,
-        url=request.pretty_url,
+        url=request.url,
         is_mutation=state.is_mutation,
         status=status,
         rule=rule.name if rule is not None else None,
