@@ -126,3 +126,37 @@ def test_help_lists_every_command() -> None:
     ).stdout
     for command in ("run", "env", "sessions", "show", "commit", "export", "rules"):
         assert command in out
+
+
+def test_rules_check_lists_every_mistake_with_file_and_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "rules:\n"
+        "  - name: a\n"
+        "    match: {method: FETCH}\n"
+        "  - name: b\n"
+        "    acton: deny\n"
+        "    compensate: undo-everything\n"
+    )
+    r = subprocess.run([sys.executable, "-m", "undoproxy", "rules", "check", "-c", str(config)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert f"{config}:3: " in r.stderr and "FETCH" in r.stderr
+    assert f"{config}:5: " in r.stderr and "did you mean 'action'" in r.stderr
+    assert f"{config}:6: " in r.stderr and "undo-everything" in r.stderr
+    ok = subprocess.run([sys.executable, "-m", "undoproxy", "rules", "check", "-c",
+                         str(Path(__file__).parent.parent / "config.yaml")],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "OK, 4 rules" in ok.stdout
+
+
+def test_rules_explain_shows_the_match_its_captures_and_why_others_did_not(tmp_path: Path
+                                                                          ) -> None:
+    example = Path(__file__).parent.parent / "config.yaml"
+    r = subprocess.run([sys.executable, "-m", "undoproxy", "rules", "explain", "-c",
+                        str(example), "DELETE", "https://api.github.com/repos/acme/web"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "Matched: never-delete-repos" in r.stdout
+    assert "owner=acme, repo=web" in r.stdout
+    assert "method DELETE is not POST" in r.stdout  # why the first rule did not match

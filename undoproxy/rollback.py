@@ -182,6 +182,10 @@ class Rollback:
             return "skipped", "already compensated by an earlier rollback"
         if step.status in ("held", "denied"):
             return "skipped", "never forwarded"
+        if step.status == "pending":
+            return "failed", (
+                "the request is still in flight; roll back again once it has completed"
+            )
         if step.status == "failed":
             why = f"HTTP {step.response_status}" if step.response_status else step.error
             return "skipped", f"the request failed upstream ({why}); nothing to undo"
