@@ -192,6 +192,19 @@ def test_upstream_down_then_failed_then_a_second_rollback_completes(
         server.stop()
 
 
+def test_a_busy_upstream_is_retried_honouring_retry_after(
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
+    with agent(up, session_id) as s:
+        created = s.post(f"{api.base_url}/items", json={"name": "busy"}).json()["id"]
+    state.fail_writes = 2  # the first two DELETEs get 503 with Retry-After: 0
+    [step] = rollback(up, session_id)["steps"]
+    assert step["status"] == "compensated"
+    assert "after 3 attempts" in step["detail"]
+    assert created not in state.items
+    assert [p for m, p in state.log if m == "DELETE"] == [f"/items/{created}"] * 3
+
+
 def test_two_rollbacks_of_one_session_cannot_run_at_once(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:

@@ -152,3 +152,16 @@ def test_sse_arrives_event_by_event(
         s.get(f"{tls_upstream.base_url}/release?gate={gate}").raise_for_status()
         rest = [json.loads(line.removeprefix(b"data: ")) for line in lines if line]
     assert rest == [{"n": 1}, {"n": 2}]
+
+
+def test_a_large_response_is_streamed_not_buffered(
+    proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
+) -> None:
+    size = 8 * 1024 * 1024
+    with client(proxy, session_id) as s:
+        r = s.get(f"{plain_upstream.base_url}/big?size={size}", stream=True)
+        total = sum(len(chunk) for chunk in r.iter_content(65536))
+    assert total == size
+    [step] = steps(proxy, session_id)
+    assert step["status"] == "succeeded"
+    assert step["error"] == "response streamed to the agent; body not journaled"

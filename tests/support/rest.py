@@ -31,6 +31,7 @@ class RestState:
     token: str | None = None
     log: list[tuple[str, str]] = field(default_factory=list)  # (method, path) received
     gate: asyncio.Event | None = None  # when set: compensating writes wait for it
+    fail_writes: int = 0  # answer this many writes 503 (Retry-After: 0) before serving them
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """A deep copy of the items, to compare states."""
@@ -66,6 +67,9 @@ async def controls(request: web.Request, handler: Any) -> web.StreamResponse:
         and "X-Test-Drop" not in request.headers
     ):
         await state.gate.wait()
+    if request.method != "GET" and state.fail_writes > 0:
+        state.fail_writes -= 1
+        return web.json_response({"error": "busy"}, status=503, headers={"Retry-After": "0"})
     drop = request.headers.get("X-Test-Drop") if request.method != "GET" else None
     if drop == "before":
         assert request.transport is not None

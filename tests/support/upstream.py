@@ -65,6 +65,20 @@ async def sse(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def big(request: web.Request) -> web.StreamResponse:
+    """`size` bytes, announced with Content-Length, written in 64 KiB pieces."""
+    size = int(request.query["size"])
+    response = web.StreamResponse(
+        headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+    )
+    await response.prepare(request)
+    chunk = b"x" * 65536
+    for start in range(0, size, len(chunk)):
+        await response.write(chunk[: size - start])
+    await response.write_eof()
+    return response
+
+
 async def release(request: web.Request) -> web.Response:
     request.app[GATES].setdefault(request.query["gate"], asyncio.Event()).set()
     return web.json_response({"released": request.query["gate"]})
@@ -77,5 +91,6 @@ def create_app() -> web.Application:
     app[GATES] = {}
     app.router.add_get("/sse", sse)
     app.router.add_get("/release", release)
+    app.router.add_get("/big", big)
     app.router.add_route("*", "/{tail:.*}", echo)
     return app
