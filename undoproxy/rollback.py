@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from undoproxy import redact
-from undoproxy.compensators.model import Snapshot, content_hash
+from undoproxy.compensators.model import Snapshot, content_hash, parse_json
 from undoproxy.credentials import CredentialBox
 from undoproxy.errors import UndoproxyError
 from undoproxy.retry import RetryPolicy
@@ -262,6 +262,9 @@ class Rollback:
         except UpstreamError as exc:
             return "failed", f"upstream unreachable: {exc}; a later rollback will retry"
         tries = f" after {resp.attempts} attempts" if resp.attempts > 1 else ""
+        if 200 <= resp.status < 300 and comp.get("expect_ok") and not _json_ok(resp):
+            excerpt = resp.body[:200].decode("utf-8", "replace").strip()
+            return "failed", f"{comp['method']} answered {resp.status} but not ok: {excerpt}"
         if 200 <= resp.status < 300:
             return "compensated", f"{comp['method']} answered {resp.status}{tries}"
         if resp.status in (404, 410) and comp["method"] == "DELETE":
@@ -288,6 +291,12 @@ class Rollback:
                 req["method"], req["url"], self.policy, headers, body
             )
         return await self.client.send(req["method"], req["url"], headers, body)
+
+
+def _json_ok(resp: UpstreamResponse) -> bool:
+    """For APIs that report errors inside a 2xx answer (Slack): `"ok": true`."""
+    body = parse_json(resp.body)
+    return isinstance(body, dict) and body.get("ok") is True
 
 
 def _same(current: UpstreamResponse, before: Snapshot) -> bool:

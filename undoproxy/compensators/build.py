@@ -23,8 +23,10 @@ from undoproxy.compensators import packs
 from undoproxy.compensators.model import (
     Facts,
     Irreversible,
+    NothingToUndo,
     Plan,
     content_hash,
+    origin,
     parse_json,
 )
 from undoproxy.compensators.model import inverse_request as request
@@ -32,13 +34,6 @@ from undoproxy.rules import TemplateContext, TemplateError, render_template
 from undoproxy.rules.templates import template_references_response
 
 Compensation = dict[str, Any]
-
-
-def origin(url: str) -> tuple[str, str]:
-    """(scheme, host:port) with default ports made explicit."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.scheme, f"{(parts.hostname or '').lower()}:{port}"
 
 
 def without_query(url: str) -> str:
@@ -75,7 +70,12 @@ def _template(plan: Plan, facts: Facts, *, with_response: bool) -> dict[str, Any
         raise Irreversible(f"the rule's compensation template cannot be filled in: {exc}") from None
     url = urljoin(facts.url, str(rendered["url"]))
     headers = {str(k): str(v) for k, v in (rendered.get("headers") or {}).items()}
-    return request(str(rendered["method"]).upper(), url, rendered.get("body"), headers=headers)
+    # A Content-Type the rule gives is the one sent (form bodies, merge-patch+json, ...).
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
+    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    return request(
+        str(rendered["method"]).upper(), url, rendered.get("body"), content_type, headers
+    )
 
 
 def _restore(facts: Facts) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def _delete_created(facts: Facts) -> dict[str, Any]:
         return request("DELETE", url)
     body = facts.response_json
     created_id = body.get("id") if isinstance(body, dict) else None
-    if isinstance(created_id, str | int) and not isinstance(created_id, bool):
+    if isinstance(created_id, str | int) and not isinstance(created_id, bool) and created_id != "":
         return request(
             "DELETE", f"{without_query(facts.url).rstrip('/')}/{quote(str(created_id), safe='')}"
         )
@@ -172,6 +172,8 @@ def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
             comp.update(packs.PACK_BUILDERS[plan.kind](facts), ready=True)
     except Irreversible as exc:
         return _irreversible(plan, str(exc))
+    except NothingToUndo as exc:
+        return {**comp, "noop": str(exc)}
     if plan.kind == "restore":  # the drift check before restoring compares against this
         comp.update(after_image(facts))
     return comp

@@ -7,6 +7,14 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
+
+
+def origin(url: str) -> tuple[str, str]:
+    """(scheme, host:port) with default ports made explicit: where a request really goes."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, f"{(parts.hostname or '').lower()}:{port}"
 
 
 def parse_json(body: bytes | None) -> Any:
@@ -128,6 +136,10 @@ def encode_body(value: Any) -> tuple[str | None, str | None]:
 
 class Irreversible(Exception):
     """No compensation can be built; the message says why (and what a person should do)."""
+
+
+class NothingToUndo(Exception):
+    """The step changed nothing upstream (the API reported a failure in a 2xx answer)."""
 
 
 def inverse_request(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from undoproxy.compensators.model import Facts, Irreversible
+from undoproxy.compensators.model import Facts, Irreversible, NothingToUndo, origin
 from undoproxy.compensators.model import inverse_request as _request
 
 
@@ -32,13 +32,18 @@ def github_close_issue(facts: Facts) -> dict[str, Any]:
 
 
 def github_delete_comment(facts: Facts) -> dict[str, Any]:
-    """DELETE the created comment (its API `url`, else /repos/o/r/issues/comments/{id})."""
-    url = (facts.response_json or {}).get("url") if isinstance(facts.response_json, dict) else None
-    if isinstance(url, str) and urlsplit(url).netloc == urlsplit(facts.url).netloc:
+    """DELETE the created comment (its API `url`, else .../repos/o/r/issues/comments/{id})."""
+    body = facts.response_json
+    url = body.get("url") if isinstance(body, dict) else None
+    # Only the request's own scheme, host and port: never send the credentials elsewhere.
+    if isinstance(url, str) and origin(url) == origin(facts.url):
         return _request("DELETE", url)
     comment_id = _field(facts, "id")
-    path = urlsplit(facts.url).path
-    repo = "/".join(path.split("/")[:4])  # /repos/{owner}/{repo}
+    segments = urlsplit(facts.url).path.split("/")
+    if "repos" not in segments or len(segments) < segments.index("repos") + 3:
+        raise Irreversible(f"{facts.url} is not a repository URL, so the comment's URL is unknown")
+    at = segments.index("repos")
+    repo = "/".join(segments[: at + 3])  # [/api/v3]/repos/{owner}/{repo}
     return _request("DELETE", urljoin(facts.url, f"{repo}/issues/comments/{comment_id}"))
 
 
@@ -55,9 +60,23 @@ def stripe_refund(facts: Facts) -> dict[str, Any]:
 
 
 def slack_delete_message(facts: Facts) -> dict[str, Any]:
-    """chat.delete the message chat.postMessage sent."""
+    """chat.delete the message chat.postMessage sent.
+
+    Slack answers errors with HTTP 200 and `"ok": false`; rollback checks `ok` on the answer
+    to chat.delete (`expect_ok`) so a refused delete is not reported as compensated.
+    """
+    body = facts.response_json
+    if isinstance(body, dict) and body.get("ok") is False:
+        raise NothingToUndo(
+            f"Slack answered ok: false ({body.get('error', 'no error given')}): "
+            "no message was posted"
+        )
     channel, ts = _field(facts, "channel"), _field(facts, "ts")
-    return _request("POST", urljoin(facts.url, "/api/chat.delete"), {"channel": channel, "ts": ts})
+    request = _request(
+        "POST", urljoin(facts.url, "/api/chat.delete"), {"channel": channel, "ts": ts}
+    )
+    request["expect_ok"] = True
+    return request
 
 
 PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {

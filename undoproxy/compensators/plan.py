@@ -23,8 +23,9 @@ def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, st
     if spec is None or spec.url_template is None:
         return request.url
     body = None if request.json is NOT_JSON else request.json
-    rendered = render_template(spec.url_template,
-                               TemplateContext(captures=captures, request_body=body))
+    rendered = render_template(
+        spec.url_template, TemplateContext(captures=captures, request_body=body)
+    )
     return request.resolve(str(rendered))
 
 
@@ -59,5 +60,8 @@ def plan_for(
             else f"no compensation is known for {request.method}"
         )
         return Plan("irreversible", reason=why)
-    url = snapshot_url(rule, request, captures) if inferred in NEEDS_SNAPSHOT else None
+    try:
+        url = snapshot_url(rule, request, captures) if inferred in NEEDS_SNAPSHOT else None
+    except TemplateError as exc:
+        return Plan("irreversible", reason=f"the snapshot URL cannot be built: {exc}")
     return Plan(inferred, snapshot_url=url, inferred=True)
