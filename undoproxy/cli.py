@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from undoproxy import __version__
 from undoproxy.client import ADMIN_ENV, AdminClient
 from undoproxy.config import load_config
 from undoproxy.errors import ConfigError, UndoproxyError
+from undoproxy.store.approvals import APPROVAL_STATES
 
 CONFIG_ENV = "UNDOPROXY_CONFIG"
 
@@ -133,7 +135,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         _out(json.dumps(session, indent=2))
         return 0
     _out(
-        f"session {session['id']}  state: {session['state']}  steps: {session['steps']}  "
+        f"session {session['id']}  state: {session['state']}  steps: {len(session['steps'])}  "
         f"mutations: {session['mutations']}"
     )
     if session.get("intent"):
@@ -214,6 +216,68 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0
+
+
+def _left(expires_at: float) -> str:
+    seconds = max(0, int(expires_at - time.time()))
+    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    """List held requests waiting for a decision (or, with --state, decided ones)."""
+    state = args.state or "pending"
+    query = "" if state == "all" else f"?state={quote(state)}"
+    approvals = _client(args).call("GET", f"/api/approvals{query}")["approvals"]
+    if args.json:
+        _out(json.dumps(approvals, indent=2))
+        return 0
+    if not approvals:
+        _out("no approvals" + ("" if state == "all" else f" {state.replace('_', ' ')}"))
+        return 0
+    rows = [
+        [
+            a["id"],
+            a["session_id"],
+            a["rule"] or "-",
+            a["risk"] or "-",
+            f"{a['method']} {a['url']}",
+            ", ".join(b["label"] for b in a["badges"]),
+            f"times out in {_left(a['expires_at'])}"
+            if a["state"] == "pending"
+            else f"{a['state']} by {a['decided_by'] or '-'}: {a['reason'] or ''}".rstrip(": "),
+        ]
+        for a in approvals
+    ]
+    _out(_table(rows, ["APPROVAL", "SESSION", "RULE", "RISK", "REQUEST", "BADGES", "STATE"]))
+    return 0
+
+
+def _decide(args: argparse.Namespace, verdict: str) -> int:
+    body = {"by": args.by or _whoami()}
+    if args.reason:
+        body["reason"] = args.reason
+    path = f"/api/approvals/{quote(args.id, safe='')}/{verdict}"
+    a = _client(args).call("POST", path, body)
+    reason = f" ({a['reason']})" if a.get("reason") else ""
+    _out(f"{a['id']} {a['state']} by {a['decided_by']}{reason}: {a['method']} {a['url']}")
+    return 0
+
+
+def _whoami() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "cli"
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    """Approve a held request: it is forwarded, with any identical ones waiting with it."""
+    return _decide(args, "approve")
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    """Deny a held request: the agent gets 403 undoproxy_denied and nothing is forwarded."""
+    return _decide(args, "deny")
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
@@ -315,6 +379,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("export", cmd_export, admin=True)
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--format", choices=("jsonl", "har"), default="jsonl")
+    p = command("approvals", cmd_approvals, admin=True)
+    p.add_argument(
+        "--state",
+        choices=(*APPROVAL_STATES, "all"),
+        help="which approvals (default: pending)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    for name, func in (("approve", cmd_approve), ("deny", cmd_deny)):
+        p = command(name, func, admin=True)
+        p.add_argument("id", metavar="ID", help="the approval id (see `undoproxy approvals`)")
+        p.add_argument("--reason", metavar="TEXT", help="why (required for critical risk)")
+        p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
 
     rules = sub.add_parser("rules", help="check rules, or explain which rule a request matches")
     rules_sub = rules.add_subparsers(dest="rules_command", metavar="COMMAND", required=True)

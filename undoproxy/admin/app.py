@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from undoproxy.admin import api, rollback_api
+from undoproxy.admin import api, approvals_api, events_api, page, rollback_api
 from undoproxy.admin.auth import require_token
 from undoproxy.admin.context import CONTEXT, AdminContext
 from undoproxy.admin.errors import json_errors
@@ -18,6 +18,9 @@ ROUTES: list[web.AbstractRouteDef] = [
     web.post("/api/sessions/{id}/commit", api.commit_session),
     web.post("/api/sessions/{id}/rollback", rollback_api.rollback_session),
     web.get("/api/sessions/{id}/export", api.export_session),
+    *approvals_api.ROUTES,
+    *events_api.ROUTES,
+    *page.ROUTES,
 ]
 
 
@@ -27,6 +30,8 @@ def create_app(
     """The admin application for one running undoproxy."""
     app = web.Application(middlewares=[json_errors, require_token], client_max_size=1024**2)
     app[CONTEXT] = ctx
+    page.setup(app)
+    events_api.setup(app)
     app.add_routes(ROUTES)
     if extra_routes:
         app.add_routes(extra_routes)

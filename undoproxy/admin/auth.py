@@ -1,7 +1,9 @@
 """Admin authentication: a bearer token for the JSON API.
 
 Only `/ca.pem` (the public CA certificate agents must trust) and the page's own sign-in and
-static files are reachable without it.
+static files are reachable without it. The admin page's own calls to `/api/*` authenticate
+with its sign-in cookie instead (see pagesessions.py); those that change state must also
+carry the page's CSRF token in `X-CSRF-Token`, else they are refused with 403.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from aiohttp import web
 
 from undoproxy.admin.context import CONTEXT
 from undoproxy.admin.errors import Handler, error_response
+from undoproxy.admin.pagesessions import CSRF_HEADER, SAFE_METHODS, csrf_ok, page_session
 
 PUBLIC_PATHS = frozenset({"/ca.pem"})
 
@@ -36,7 +39,17 @@ async def require_token(request: web.Request, handler: Handler) -> web.StreamRes
     if is_public(request.path):
         return await handler(request)
     ctx = request.app[CONTEXT]
-    if bearer_ok(request, ctx.token) or request.get("page_user"):
+    if bearer_ok(request, ctx.token):
+        return await handler(request)
+    page = page_session(request)
+    if page is not None:
+        if request.method not in SAFE_METHODS and not csrf_ok(
+            request.headers.get(CSRF_HEADER), page
+        ):
+            return error_response(
+                403, "csrf_failed", f"the page's {CSRF_HEADER} header is missing or wrong"
+            )
+        request["page_user"] = page.name
         return await handler(request)
     return error_response(
         401,

@@ -68,9 +68,8 @@ def _irreversible(method: str, compensate: Any, defaults_compensate: str) -> dic
     if compensate == "none":
         return badge("irreversible", "irreversible", "the rule says compensate: none")
     if compensate is None and defaults_compensate == "none":
-        return badge(
-            "irreversible", "irreversible", "no rule gives a compensation (defaults.compensate: none)"
-        )
+        why = "no rule gives a compensation (defaults.compensate: none)"
+        return badge("irreversible", "irreversible", why)
     if compensate is None and method == "POST":
         return badge(
             "irreversible",
@@ -102,7 +101,8 @@ def compute(
     if big:
         where, n = max(big, key=lambda item: abs(item[1]))
         shown = int(n) if n.is_integer() else n
-        out.append(badge("amount", f"amount {shown:,}", f"{where} = {shown} (>= {AMOUNT_THRESHOLD})"))
+        detail = f"{where} = {shown} (>= {AMOUNT_THRESHOLD})"
+        out.append(badge("amount", f"amount {shown:,}", detail))
     if first_to_host:
         out.append(badge("new-host", "new host", f"the session's first request to {host}"))
     return out

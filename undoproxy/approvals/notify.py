@@ -92,6 +92,6 @@ class Webhooks:
 
 
 def _where(url: str) -> str:
-    """A webhook URL for the log: its host only (Slack-style URLs carry their secret in the path)."""
+    """A webhook URL for the log: its host only (Slack-style URLs carry a secret in the path)."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.hostname}{':' + str(parts.port) if parts.port else ''}/..."

@@ -67,6 +67,7 @@ class ApprovalQueue:
         self.admin_url = ""  # set once the admin app listens; used in webhook links
         self._by_id: dict[str, Pending] = {}
         self._by_fingerprint: dict[tuple[str, str], Pending] = {}
+        self._by_client: dict[str, set[str]] = {}  # client connection id -> approval ids
 
     async def recover(self) -> int:
         """Expire what an earlier run left pending (its agents are gone); call before serving."""
@@ -92,6 +93,7 @@ class ApprovalQueue:
     def join(self, pending: Pending, step_id: str, flow_id: str, client_id: str) -> None:
         """Park one more flow (with its own step) on an approval."""
         pending.waiting[flow_id] = client_id
+        self._by_client.setdefault(client_id, set()).add(pending.approval.id)
         if step_id not in pending.approval.step_ids:
             pending.approval.step_ids.append(step_id)
             if pending.stored:
@@ -123,11 +125,14 @@ class ApprovalQueue:
 
     def disconnected(self, client_id: str) -> None:
         """An agent connection closed: approvals none of whose flows remain are expired."""
-        for pending in list(self._by_id.values()):
+        for approval_id in self._by_client.pop(client_id, set()):
+            pending = self._by_id.get(approval_id)
+            if pending is None:
+                continue
             gone = [f for f, c in pending.waiting.items() if c == client_id]
             for flow_id in gone:
                 del pending.waiting[flow_id]
-            if gone and not pending.waiting and pending.approval.state == "pending":
+            if not pending.waiting and pending.approval.state == "pending":
                 self._claim(pending, "expired", "the agent disconnected before anyone decided")
                 self.journal.writer.submit(store.DECIDE, store.decide_params(pending.approval))
                 self._finish(pending, self._decision(pending))
@@ -195,6 +200,12 @@ class ApprovalQueue:
             del self._by_fingerprint[key]
         if pending.timer is not None:
             pending.timer.cancel()
+        for client_id in pending.waiting.values():
+            ids = self._by_client.get(client_id)
+            if ids is not None:
+                ids.discard(approval.id)
+                if not ids:
+                    del self._by_client[client_id]
         if not pending.future.done():
             pending.future.set_result(decision)
         if publish:

@@ -25,12 +25,16 @@ from mitmproxy.master import Master
 
 from undoproxy import cabundle
 from undoproxy.admin.app import create_app
+from undoproxy.admin.approvals_api import QUEUE_KEY
 from undoproxy.admin.context import AdminContext
+from undoproxy.approvals.notify import Webhooks
+from undoproxy.approvals.queue import ApprovalQueue
 from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.proxy.gate import Gate
+from undoproxy.proxy.holds import Holds
 from undoproxy.proxy.identity import SessionIdentity
 from undoproxy.proxy.journaling import JournalAddon
 from undoproxy.proxy.snapshots import Snapshots
@@ -97,13 +101,23 @@ async def start(config: Config) -> Running:
         box,
         auto=config.defaults_compensate == "auto",
     )
+    approvals = ApprovalQueue(journal, Webhooks(config.approvals_notify))
+    await approvals.recover()  # before serving: what the last run left pending has expired
+    holds = Holds(
+        approvals,
+        journal,
+        default_timeout=config.approvals_timeout,
+        defaults_compensate=config.defaults_compensate,
+        preview=snapshots.preview,
+    )
     # Order matters: each hook runs addon by addon, in this order. Snapshots must follow the
     # gate (nothing is snapshotted for a denied request) and precede the journal (whose
     # write-ahead entry includes the snapshot and the prepared compensation).
     ours: list[Any] = [
         SessionIdentity(journal, config.proxy_auth),
         Streaming(),
-        Gate(config.rules, config.defaults_mutations, holder=None),
+        Gate(config.rules, config.defaults_mutations, holder=holds),
+        holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
         JournalAddon(journal),
     ]
@@ -130,6 +144,7 @@ async def start(config: Config) -> Running:
         proxy_address=config.proxy_listen,
     )
     context.extras["credentials"] = box
+    context.extras[QUEUE_KEY] = approvals
     context.rollback = Rollback(journal, UpstreamClient(insecure=config.upstream_insecure), box)
 
     runner = web.AppRunner(create_app(context), access_log=None)
@@ -146,6 +161,8 @@ async def start(config: Config) -> Running:
             f"{exc.strerror or exc}"
         ) from None
     admin_address = runner.addresses[0][:2]
+    shown_host = "127.0.0.1" if admin_address[0] in ("0.0.0.0", "::", "") else admin_address[0]
+    approvals.admin_url = f"http://{shown_host}:{admin_address[1]}"
 
     run_task = asyncio.get_running_loop().create_task(master.run(), name="mitmproxy")
     ps = master.addons.get("proxyserver")

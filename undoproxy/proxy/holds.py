@@ -11,6 +11,7 @@ Identical pending requests of a session (method, URL, body) share one approval.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -42,7 +43,7 @@ PREVIEW_TIMEOUT = 10.0
 def fingerprint(flow: http.HTTPFlow) -> str:
     """What makes two requests identical: method, URL and the SHA-256 of the body."""
     body = hashlib.sha256(flow.request.raw_content or b"").hexdigest()
-    text = f"{flow.request.method}\n{flow.request.pretty_url}\n{body}"
+    text = f"{flow.request.method}\n{flow.request.url}\n{body}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -69,7 +70,7 @@ class Holds:
         try:
             await self._hold(flow, state, timeout or self.default_timeout)
         except Exception:
-            log.exception("holding %s %s failed", flow.request.method, flow.request.pretty_url)
+            log.exception("holding %s %s failed", flow.request.method, flow.request.url)
             if flow.response is None:
                 self._refuse(flow, state, None, Decision("denied", "undoproxy failed to hold it"))
 
@@ -89,14 +90,13 @@ class Holds:
             pending = self.queue.open(self._approval(flow, state, step, fp))
             self.queue.join(pending, step.id, flow.id, flow.client_conn.id)
             pending.approval.context = await self._context(flow, state, step)
-            try:
+            # On JournalError the queue has failed the approval: `wait` returns that at once.
+            with contextlib.suppress(JournalError):
                 await self.queue.store(pending, timeout)
-            except JournalError:
-                pass  # the queue failed the approval: `wait` returns that decision at once
         log.info(
             "holding %s %s (session %s) for approval %s",
             flow.request.method,
-            redact.url(flow.request.pretty_url),
+            redact.url(flow.request.url),
             state.session_id,
             pending.approval.id,
         )
@@ -136,7 +136,7 @@ class Holds:
             step_id=step.id,
             fingerprint=fp,
             method=flow.request.method,
-            url=redact.url(flow.request.pretty_url),
+            url=redact.url(flow.request.url),
             created_at=now,
             expires_at=now,
             rule=rule.name if rule is not None else None,

@@ -1,0 +1,206 @@
+"""The admin page in a real browser (Debian's Chromium driven by Playwright) against a real
+undoproxy in front of a real REST API: sign in, decide held requests live, read a session's
+timeline and roll it back. Screenshots of every view are saved under each test's tmp dir."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import rest
+from tests.support.holding import agent, in_thread
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip(f"Chromium not installed: {CHROMIUM} is missing", allow_module_level=True)
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RULES: list[dict[str, Any]] = [
+    {
+        "name": "hold-item-writes",
+        "match": {"host": "127.0.0.1", "method": ["PUT", "DELETE"], "path": "/items/{id}"},
+        "action": "hold",
+        "risk": "high",
+    }
+]
+WAIT = 15_000  # ms
+expect.set_options(timeout=WAIT)
+
+
+@pytest.fixture(scope="module")
+def state() -> rest.RestState:
+    return rest.RestState()
+
+
+@pytest.fixture(scope="module")
+def api(state: rest.RestState, upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(*upstream_cert)
+    server = ThreadedServer(rest.create_app(state), ctx).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
+    config = {"approvals": {"timeout": "60s"}, "rules": RULES}
+    instance = Undoproxy(tmp_path_factory.mktemp("page"), config).start()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, up: Undoproxy, tmp_path: Path) -> Iterator[Page]:
+    """A fresh browser context signed in as Ada (sign-in screenshot saved)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(WAIT)
+    page.goto(up.admin_url + "/")
+    expect(page.locator("h1")).to_have_text("Sign in")
+    page.fill("input[name=token]", up.token)
+    page.fill("input[name=name]", "Ada")
+    page.screenshot(path=tmp_path / "signin.png")
+    page.click("button[type=submit]")
+    expect(page.locator(".who strong")).to_have_text("Ada")
+    expect(page.locator("#live")).to_have_text("live")  # the event stream is connected
+    yield page
+    context.close()
+
+
+def test_a_held_update_appears_live_and_approving_it_completes_the_agent_request(
+    page: Page,
+    up: Undoproxy,
+    api: ThreadedServer,
+    state: rest.RestState,
+    session_id: str,
+    tmp_path: Path,
+) -> None:
+    state.items["7"] = {"id": "7", "name": "Ada", "tier": "gold"}
+    up.api("POST", "/api/sessions", json={"id": session_id, "intent": "fix a customer's name"})
+    url = f"{api.base_url}/items/7"
+    held = in_thread(
+        lambda: agent(up, session_id).put(
+            url, json={"id": "7", "name": "Ada L.", "tier": "gold"}, timeout=60
+        )
+    )
+    card = page.locator(".card", has_text=session_id)
+    expect(card).to_be_visible()  # arrived over /api/events: no reload
+    expect(card.locator(".url")).to_have_text(url)
+    expect(card).to_contain_text("fix a customer's name")
+    expect(card.locator(".badge-destructive")).to_be_visible()
+    expect(card.locator(".diff .d-del")).to_have_text('-   "name": "Ada",')
+    expect(card.locator(".diff .d-add")).to_have_text('+   "name": "Ada L.",')
+    expect(card.locator(".countdown")).to_contain_text("in ")
+    page.screenshot(path=tmp_path / "queue.png", full_page=True)
+
+    card.locator("button.approve").click()
+    response = held.result(20)
+    assert response.status_code == 200 and response.json()["name"] == "Ada L."
+    assert state.items["7"]["name"] == "Ada L."
+    expect(card).to_have_count(0)
+    row = page.locator("#decided tr", has_text=session_id)
+    expect(row.locator(".state")).to_have_text("approved")
+    expect(row).to_contain_text("Ada")
+    page.screenshot(path=tmp_path / "queue-decided.png", full_page=True)
+
+
+def test_deny_with_a_reason_gives_the_agent_403(
+    page: Page, up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
+    state.items["8"] = {"id": "8", "name": "Grace"}
+    held = in_thread(lambda: agent(up, session_id).delete(f"{api.base_url}/items/8", timeout=60))
+    card = page.locator(".card", has_text=session_id)
+    card.locator(".reason").fill("Grace stays")
+    card.locator("button.deny").click()
+    response = held.result(20)
+    assert response.status_code == 403
+    assert response.json()["reason"] == "Grace stays"
+    assert "8" in state.items
+    expect(page.locator("#decided tr", has_text=session_id)).to_contain_text("Grace stays")
+
+
+def test_batch_deny_of_three_asks_for_confirmation(
+    page: Page, up: Undoproxy, api: ThreadedServer, tmp_path: Path, session_id: str
+) -> None:
+    urls = [f"{api.base_url}/items/b{i}" for i in range(3)]
+    futures = [in_thread(lambda u=u: agent(up, session_id).delete(u, timeout=60)) for u in urls]
+    expect(page.locator(".card", has_text=session_id)).to_have_count(3)
+    dialogs: list[str] = []
+    page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+    page.check("#select-all")
+    page.fill("#batch-reason", "cleanup is not allowed today")
+    page.screenshot(path=tmp_path / "queue-batch.png", full_page=True)
+    page.click("button[data-batch=deny]")
+    assert [f.result(20).status_code for f in futures] == [403, 403, 403]
+    assert dialogs == ["Deny 3 held requests?"]
+    expect(page.locator(".card", has_text=session_id)).to_have_count(0)
+
+
+def test_sessions_timeline_and_rollback(
+    page: Page,
+    up: Undoproxy,
+    api: ThreadedServer,
+    state: rest.RestState,
+    session_id: str,
+    tmp_path: Path,
+) -> None:
+    state.items["9"] = {"id": "9", "name": "Linus", "tier": "silver"}
+    before = state.snapshot()
+    with agent(up, session_id) as s:
+        created = s.post(f"{api.base_url}/items", json={"name": "Margaret"}, timeout=30).json()
+        s.patch(f"{api.base_url}/items/9", json={"tier": "gold"}, timeout=30).raise_for_status()
+        s.get(f"{api.base_url}/items/9", timeout=30).raise_for_status()
+    assert created["id"] in state.items
+
+    page.click("nav a[href='/sessions']")
+    row = page.locator("#sessions tr", has_text=session_id)
+    expect(row).to_contain_text("open")
+    expect(row.locator("td.num").nth(0)).to_have_text("3")  # steps
+    expect(row.locator("td.num").nth(1)).to_have_text("2")  # mutations
+    page.screenshot(path=tmp_path / "sessions.png", full_page=True)
+
+    row.locator("a").click()
+    steps = page.locator("#timeline-steps tbody tr")
+    expect(steps).to_have_count(3)
+    expect(steps.nth(0)).to_contain_text("POST")
+    expect(steps.nth(1)).to_contain_text("PATCH")
+    expect(steps.nth(1)).to_contain_text("succeeded")
+    expect(steps.nth(1).locator("td").nth(8)).to_contain_text("PUT")  # restore the snapshot
+    page.screenshot(path=tmp_path / "timeline.png", full_page=True)
+
+    page.once("dialog", lambda d: d.accept())
+    page.click("#rollback")
+    result = page.locator("#rollback-result")
+    expect(result.locator("h2")).to_have_text("Rollback: rolled back")
+    statuses = result.locator("tbody .state")
+    expect(statuses).to_have_text(["compensated", "compensated"])
+    expect(result.locator("tbody tr").nth(0)).to_contain_text("PATCH")  # newest first
+    expect(page.locator(".timeline h1 .state")).to_have_text("rolled back")
+    expect(page.locator("#rollback")).to_be_disabled()
+    page.screenshot(path=tmp_path / "rollback.png", full_page=True)
+    assert state.snapshot() == before

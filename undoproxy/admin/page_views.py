@@ -1,0 +1,275 @@
+"""The admin page's views, rendered on the server from the same JSON the API returns.
+
+Everything shown goes through `html.render`/`html.el`, which escape it; the data itself was
+already redacted (approval contexts when they were built, steps by `views.step_json`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+from urllib.parse import quote
+
+from undoproxy.admin.html import Markup, el, escape, join, render
+from undoproxy.admin.views import session_json, step_json
+from undoproxy.approvals.queue import ApprovalQueue
+from undoproxy.approvals.views import approval_json
+from undoproxy.store.journal import Journal
+
+DECIDED_SHOWN = 20
+ROLLBACK_STATES = frozenset({"open", "rollback_incomplete"})
+_HIDDEN = Markup("hidden")
+_SHOWN = Markup("")
+
+
+def when(ts: float | None, *, short: bool = False) -> Markup:
+    """A timestamp as `<time>` (UTC here; the page's script shows it in local time, only the
+    time of day when `short`)."""
+    if not ts:
+        return Markup("-")
+    moment = datetime.datetime.fromtimestamp(ts, datetime.UTC)
+    return el(
+        "time",
+        moment.strftime("%H:%M:%S UTC" if short else "%Y-%m-%d %H:%M:%S UTC"),
+        datetime=moment.isoformat(),
+        data_ts=f"{ts:.3f}",
+        class_="short" if short else None,
+    )
+
+
+def _badges(badges: list[dict[str, str]]) -> Markup:
+    if not badges:
+        return Markup("")
+    return el(
+        "div",
+        *(
+            el("span", b["label"], class_=f"badge badge-{b['kind']}", title=b["detail"])
+            for b in badges
+        ),
+        class_="badges",
+    )
+
+
+def _body(item: dict[str, Any]) -> Markup:
+    if item.get("body") is None:
+        return Markup("")
+    summary = f"Request body · {item.get('body_length', 0):,} bytes"
+    if item.get("content_type"):
+        summary += f" · {item['content_type']}"
+    return el("details", el("summary", summary), el("pre", item["body"]), class_="body", open=True)
+
+
+def _diff(item: dict[str, Any]) -> Markup:
+    diff = item.get("diff")
+    if diff is None:
+        error = item.get("diff_error")
+        return el("p", error, class_="note") if error else Markup("")
+    kinds = {"+": "d-add", "-": "d-del", "@": "d-hunk", " ": "d-same"}
+    lines = [
+        el("span", f"{op} {text}" if op != "@" else text, class_=kinds[op])
+        for op, text in diff["lines"]
+    ]
+    if not lines:
+        lines = [el("span", "no change: the target already looks like this", class_="d-same")]
+    head = join(
+        [
+            "Current target ",
+            el("code", diff["url"]),
+            f" (HTTP {diff['status']}) → what the agent wants to write",
+            " (JSON merge patch applied)" if diff.get("merge_patch") else "",
+            " · truncated" if diff.get("truncated") else "",
+        ]
+    )
+    return el("div", el("div", head, class_="diff-head"), el("pre", join(lines)), class_="diff")
+
+
+def approval_card(item: dict[str, Any]) -> Markup:
+    """One pending approval, with its decision controls."""
+    requests = len(item["step_ids"])
+    return render(
+        "card.html",
+        id=item["id"],
+        version=requests,
+        reason_required="1" if item["reason_required"] else "",
+        risk_class=item["risk"] or "none",
+        method=item["method"],
+        url=item["url"],
+        risk=item["risk"] or "no risk set",
+        session=item["session_id"],
+        session_path=quote(item["session_id"], safe=""),
+        intent=item["intent"] or "-",
+        rule=item["rule"] or "defaults.mutations: hold",
+        requests=f"{requests} identical, waiting together" if requests > 1 else "1",
+        held=when(item["created_at"], short=True),
+        expires=el("time", "-", class_="countdown", data_expires=f"{item['expires_at']:.3f}"),
+        badges=_badges(item["badges"]),
+        body=_body(item),
+        diff=_diff(item),
+        reason_placeholder="Reason (required: critical risk)"
+        if item["reason_required"]
+        else "Reason (optional)",
+    )
+
+
+def _decided_table(items: list[dict[str, Any]]) -> Markup:
+    if not items:
+        return el("p", "No decisions yet.", class_="empty")
+    rows = [
+        el(
+            "tr",
+            el("td", el("span", a["state"].replace("_", " "), class_=f"state state-{a['state']}")),
+            el("td", el("span", a["method"], class_="method"), " ", el("code", a["url"])),
+            el("td", el("a", a["session_id"], href=f"/sessions/{quote(a['session_id'], safe='')}")),
+            el("td", a["rule"] or "-"),
+            el("td", a["decided_by"] or "-"),
+            el("td", a["reason"] or "-"),
+            el("td", when(a["decided_at"])),
+            id=f"decided-{a['id']}",
+        )
+        for a in items
+    ]
+    head = el(
+        "tr",
+        *(el("th", h) for h in ("Decision", "Request", "Session", "Rule", "By", "Reason", "When")),
+    )
+    return el("table", el("thead", head), el("tbody", *rows), class_="grid")
+
+
+async def queue_main(queue: ApprovalQueue, journal: Journal) -> tuple[Markup, int]:
+    """The approvals view (newest first) and how many are pending."""
+    pending = [approval_json(a, journal) for a in await queue.recent(state="pending")]
+    recent = await queue.recent(limit=DECIDED_SHOWN + len(pending))
+    decided = [approval_json(a, journal) for a in recent if a.state != "pending"][:DECIDED_SHOWN]
+    main = render(
+        "queue.html",
+        count=len(pending),
+        empty_hidden=_HIDDEN if pending else _SHOWN,
+        cards=join(approval_card(p) for p in pending),
+        decided=_decided_table(decided),
+    )
+    return main, len(pending)
+
+
+async def sessions_main(journal: Journal, queue: ApprovalQueue | None) -> Markup:
+    """Every session, newest first, with its state and counts."""
+    await journal.writer.flush()
+    counts = await journal.step_counts()
+    held: dict[str, int] = {}
+    if queue is not None:
+        for approval in await queue.recent(state="pending", limit=1000):
+            held[approval.session_id] = held.get(approval.session_id, 0) + 1
+    sessions = sorted(journal.sessions.values(), key=lambda s: s.created_at, reverse=True)
+    rows = []
+    for session in sessions:
+        s = session_json(session, counts.get(session.id, {}))
+        rows.append(
+            el(
+                "tr",
+                el("td", el("a", s["id"], href=f"/sessions/{quote(s['id'], safe='')}")),
+                el(
+                    "td",
+                    el("span", s["state"].replace("_", " "), class_=f"state state-{s['state']}"),
+                ),
+                el("td", s["intent"] or "-"),
+                el("td", s["steps"], class_="num"),
+                el("td", s["mutations"], class_="num"),
+                el("td", held.get(s["id"], 0) or "", class_="num"),
+                el("td", when(s["created_at"])),
+                el("td", when(s["updated_at"])),
+                data_session=s["id"],
+            )
+        )
+    return render("sessions.html", rows=join(rows), empty_hidden=_SHOWN if not rows else _HIDDEN)
+
+
+def _compensation(comp: dict[str, Any] | None) -> tuple[Markup, Markup]:
+    if comp is None:
+        return Markup(""), Markup("")
+    what: Markup = escape("-")
+    if comp.get("method"):
+        what = join(
+            [el("span", comp["method"], class_="method"), " ", el("code", comp["url"] or "")]
+        )
+    elif comp.get("kind"):
+        what = escape(comp["kind"])
+    status = comp.get("status")
+    shown = (
+        el("span", status, class_=f"state state-{status}", title=comp.get("detail"))
+        if status
+        else Markup("")
+    )
+    return what, shown
+
+
+def steps_table(steps: list[dict[str, Any]]) -> Markup:
+    """The timeline: every step of a session, reads included."""
+    if not steps:
+        return el("p", "No requests yet.", class_="empty")
+    head = el(
+        "tr",
+        *(
+            el("th", h, class_="num" if h in ("#", "HTTP") else None)
+            for h in (
+                "#",
+                "Time",
+                "Method",
+                "URL",
+                "Rule",
+                "Risk",
+                "Status",
+                "HTTP",
+                "Compensation",
+                "Undo",
+            )
+        ),
+    )
+    rows = []
+    for s in steps:
+        comp, comp_status = _compensation(s["compensation"])
+        rows.append(
+            el(
+                "tr",
+                el("td", s["seq"], class_="num"),
+                el("td", when(s["created_at"], short=True)),
+                el("td", el("span", s["method"], class_="method")),
+                el("td", el("code", s["url"]), class_="url"),
+                el("td", s["rule"] or "-"),
+                el("td", s["risk"] or "-"),
+                el(
+                    "td",
+                    el("span", s["status"], class_=f"state state-{s['status']}", title=s["error"]),
+                ),
+                el("td", s["response_status"] or "-", class_="num"),
+                el("td", comp),
+                el("td", comp_status),
+                id=f"step-{s['id']}",
+                data_step=s["id"],
+                data_seq=s["seq"],
+                data_method=s["method"],
+                data_url=s["url"],
+                class_="mutation" if s["mutation"] else "read",
+            )
+        )
+    return el("table", el("thead", head), el("tbody", *rows), class_="grid steps")
+
+
+async def timeline_main(journal: Journal, session_id: str) -> Markup | None:
+    """A session's timeline and its rollback button (None: no such session)."""
+    session = journal.sessions.get(session_id)
+    if session is None:
+        return None
+    await journal.writer.flush()
+    steps = [step_json(s) for s in await journal.steps(session_id)]
+    return render(
+        "timeline.html",
+        id=session.id,
+        state=session.state,
+        state_label=session.state.replace("_", " "),
+        intent=session.intent or "-",
+        agent=session.agent or "-",
+        steps=len(steps),
+        mutations=sum(1 for s in steps if s["mutation"]),
+        created=when(session.created_at),
+        rollback_disabled=_SHOWN if session.state in ROLLBACK_STATES else Markup("disabled"),
+        table=steps_table(steps),
+    )

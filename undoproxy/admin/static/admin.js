@@ -1,0 +1,314 @@
+// undoproxy's admin page: live refresh over /api/events, decisions, batch actions, rollback.
+// No framework, no build step. HTML inserted here always comes from the server (escaped
+// there); anything this script builds itself is set with textContent.
+"use strict";
+
+(() => {
+  const csrf = document.querySelector('meta[name="csrf-token"]')?.content || "";
+  const view = document.body.dataset.view;
+  if (view === "signin") return;
+
+  // --- talking to undoproxy ------------------------------------------------------------
+
+  async function api(method, path, body) {
+    const response = await fetch(path, {
+      method,
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (_) {
+      data = null;
+    }
+    if (response.status === 401) location.reload();
+    if (!response.ok) throw new Error((data && data.message) || `HTTP ${response.status}`);
+    return data;
+  }
+
+  async function partial() {
+    const response = await fetch(`${location.pathname}?partial=1`, { credentials: "same-origin" });
+    if (response.status === 401) location.reload();
+    if (!response.ok) return null;
+    const template = document.createElement("template");
+    template.innerHTML = await response.text();
+    return template.content;
+  }
+
+  function showError(node, message) {
+    if (!node) return;
+    node.textContent = message || "";
+    node.hidden = !message;
+  }
+
+  // --- times ---------------------------------------------------------------------------
+
+  function localize(root) {
+    for (const t of root.querySelectorAll("time[data-ts]")) {
+      t.title = t.textContent;
+      const moment = new Date(parseFloat(t.dataset.ts) * 1000);
+      t.textContent = t.classList.contains("short") ? moment.toLocaleTimeString() : moment.toLocaleString();
+      delete t.dataset.ts;
+    }
+  }
+
+  function tick() {
+    const now = Date.now() / 1000;
+    for (const t of document.querySelectorAll("time.countdown[data-expires]")) {
+      const left = Math.max(0, Math.round(parseFloat(t.dataset.expires) - now));
+      const minutes = Math.floor(left / 60);
+      const seconds = String(left % 60).padStart(2, "0");
+      t.textContent = left >= 60 ? `in ${minutes}m ${seconds}s` : `in ${left}s`;
+      t.classList.toggle("soon", left < 30);
+    }
+  }
+
+  // --- live updates ----------------------------------------------------------------------
+
+  let pendingRefresh = null;
+  function schedule() {
+    clearTimeout(pendingRefresh);
+    pendingRefresh = setTimeout(refresh, 150);
+  }
+
+  function concerns(kind, event) {
+    if (view !== "timeline") return true;
+    const id = document.querySelector(".timeline")?.dataset.session;
+    try {
+      const data = JSON.parse(event.data);
+      return (kind === "session" ? data.id : data.session_id) === id;
+    } catch (_) {
+      return true;
+    }
+  }
+
+  function connect() {
+    const live = document.getElementById("live");
+    const source = new EventSource("/api/events");
+    source.onopen = () => {
+      live.textContent = "live";
+      live.classList.add("on");
+      schedule(); // catch up on anything missed while disconnected
+    };
+    source.onerror = () => {
+      live.textContent = "reconnecting";
+      live.classList.remove("on");
+    };
+    for (const kind of ["approval", "step", "session"]) {
+      source.addEventListener(kind, (event) => {
+        if (kind === "approval") updatePendingCount();
+        if (view === "approvals" ? kind === "approval" : concerns(kind, event)) schedule();
+      });
+    }
+  }
+
+  async function updatePendingCount() {
+    if (view === "approvals") return; // the queue's own refresh counts its cards
+    const found = await api("GET", "/api/approvals?state=pending&limit=1000");
+    document.getElementById("nav-pending").textContent = String(found.approvals.length);
+  }
+
+  async function refresh() {
+    const fresh = await partial();
+    if (!fresh) return;
+    if (view === "approvals") mergeQueue(fresh);
+    else if (view === "timeline") mergeTimeline(fresh);
+    else document.getElementById("main").replaceChildren(fresh);
+    localize(document);
+    tick();
+  }
+
+  // Cards already on screen stay as they are (a half-typed reason, a ticked box survive);
+  // new ones come in at the top, decided ones leave.
+  function mergeQueue(fresh) {
+    const queue = document.getElementById("queue");
+    const incoming = [...fresh.querySelectorAll("#queue > .card")];
+    const ids = new Set(incoming.map((card) => card.dataset.id));
+    for (const card of [...queue.children]) if (!ids.has(card.dataset.id)) card.remove();
+    let previous = null;
+    for (const card of incoming) {
+      let node = document.getElementById(card.id);
+      if (!node) {
+        node = card;
+        node.classList.add("arrived");
+      } else if (node.dataset.version !== card.dataset.version) {
+        card.querySelector(".reason").value = node.querySelector(".reason").value;
+        card.querySelector(".select").checked = node.querySelector(".select").checked;
+        node.replaceWith(card);
+        node = card;
+      }
+      const inPlace = previous ? previous.nextElementSibling === node : queue.firstElementChild === node;
+      if (!inPlace) {
+        if (previous) previous.after(node);
+        else queue.prepend(node);
+      }
+      previous = node;
+    }
+    document.getElementById("decided").replaceChildren(...fresh.querySelector("#decided").childNodes);
+    const count = String(incoming.length);
+    document.getElementById("pending-count").textContent = count;
+    document.getElementById("nav-pending").textContent = count;
+    document.getElementById("queue-empty").hidden = incoming.length > 0;
+    highlight();
+  }
+
+  function mergeTimeline(fresh) {
+    for (const selector of ["#timeline-steps", ".timeline h1", ".timeline .facts"]) {
+      const now = document.querySelector(selector);
+      const next = fresh.querySelector(selector);
+      if (now && next) now.replaceWith(next);
+    }
+    const button = document.getElementById("rollback");
+    const next = fresh.querySelector("#rollback");
+    if (button && next && !button.classList.contains("busy")) button.disabled = next.disabled;
+  }
+
+  function highlight() {
+    const match = location.hash.match(/^#approval\/(.+)$/);
+    if (!match) return;
+    const id = decodeURIComponent(match[1]);
+    const node = document.getElementById(`approval-${id}`) || document.getElementById(`decided-${id}`);
+    if (node && !node.classList.contains("highlight")) {
+      node.classList.add("highlight");
+      node.scrollIntoView({ block: "center" });
+    }
+  }
+
+  // --- decisions -----------------------------------------------------------------------
+
+  function decide(id, verdict, reason) {
+    return api("POST", `/api/approvals/${encodeURIComponent(id)}/${verdict}`, reason ? { reason } : {});
+  }
+
+  async function decideCard(card, verdict) {
+    const input = card.querySelector(".reason");
+    const error = card.querySelector(".error");
+    const reason = input.value.trim();
+    if (card.dataset.reasonRequired && !reason) {
+      showError(error, "This request is critical risk: give a reason first.");
+      input.focus();
+      return;
+    }
+    for (const b of card.querySelectorAll("button")) b.disabled = true;
+    try {
+      await decide(card.dataset.id, verdict, reason);
+      card.classList.add(verdict === "approve" ? "approved" : "denied");
+      showError(error, "");
+      schedule();
+    } catch (e) {
+      showError(error, e.message);
+      for (const b of card.querySelectorAll("button")) b.disabled = false;
+    }
+  }
+
+  async function batch(verdict) {
+    const ids = [...document.querySelectorAll("#queue .select:checked")].map((box) => box.value);
+    const error = document.getElementById("batch-error");
+    if (!ids.length) {
+      showError(error, "Select at least one request first.");
+      return;
+    }
+    const reason = document.getElementById("batch-reason").value.trim();
+    const word = verdict === "approve" ? "Approve" : "Deny";
+    if (ids.length >= 3 && !confirm(`${word} ${ids.length} held requests?`)) return;
+    const failed = [];
+    for (const id of ids) {
+      try {
+        await decide(id, verdict, reason);
+      } catch (e) {
+        failed.push(`${id}: ${e.message}`);
+      }
+    }
+    showError(error, failed.join("\n"));
+    document.getElementById("select-all").checked = false;
+    schedule();
+  }
+
+  // --- rollback ------------------------------------------------------------------------
+
+  function cell(row, text, className) {
+    const td = row.insertCell();
+    td.textContent = text;
+    if (className) td.className = className;
+    return td;
+  }
+
+  function renderReport(box, report) {
+    const title = document.createElement("h2");
+    title.textContent = `Rollback: ${String(report.state).replace(/_/g, " ")}`;
+    const table = document.createElement("table");
+    table.className = "grid";
+    const head = table.createTHead().insertRow();
+    for (const name of ["Step", "Result", "Detail"]) {
+      const th = document.createElement("th");
+      th.textContent = name;
+      head.appendChild(th);
+    }
+    const body = table.createTBody();
+    for (const step of report.steps || []) {
+      const row = body.insertRow();
+      row.dataset.step = step.id;
+      const known = document.getElementById(`step-${step.id}`)?.dataset || {};
+      const seq = step.seq ?? known.seq;
+      const what = [seq ? `#${seq}` : step.id, step.method ?? known.method, step.url ?? known.url];
+      cell(row, what.filter(Boolean).join(" "));
+      const status = document.createElement("span");
+      status.className = `state state-${step.status}`;
+      status.textContent = step.status;
+      row.insertCell().appendChild(status);
+      cell(row, step.detail || "");
+    }
+    if (!(report.steps || []).length) cell(body.insertRow(), "No mutations to undo.");
+    box.replaceChildren(title, table);
+    box.hidden = false;
+  }
+
+  async function rollback(button) {
+    const id = button.dataset.session;
+    const question = `Roll back session ${id}? Every mutation it made is undone, newest first.`;
+    if (!confirm(question)) return;
+    const error = document.getElementById("rollback-error");
+    button.disabled = true;
+    button.classList.add("busy");
+    button.textContent = "Rolling back…";
+    try {
+      renderReport(document.getElementById("rollback-result"), await api("POST", `/api/sessions/${encodeURIComponent(id)}/rollback`, {}));
+      showError(error, "");
+    } catch (e) {
+      showError(error, `Rollback failed: ${e.message}`);
+    } finally {
+      button.classList.remove("busy");
+      button.textContent = "Roll back";
+      schedule();
+    }
+  }
+
+  // --- wiring --------------------------------------------------------------------------
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("button");
+    if (!button) return;
+    const card = button.closest(".card");
+    if (card && (button.classList.contains("approve") || button.classList.contains("deny"))) {
+      decideCard(card, button.classList.contains("approve") ? "approve" : "deny");
+    } else if (button.dataset.batch) {
+      batch(button.dataset.batch);
+    } else if (button.id === "rollback") {
+      rollback(button);
+    }
+  });
+
+  document.addEventListener("change", (event) => {
+    if (event.target.id !== "select-all") return;
+    for (const box of document.querySelectorAll("#queue .select")) box.checked = event.target.checked;
+  });
+
+  window.addEventListener("hashchange", highlight);
+  localize(document);
+  tick();
+  setInterval(tick, 1000);
+  highlight();
+  connect();
+})();
