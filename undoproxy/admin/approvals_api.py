@@ -10,15 +10,14 @@ from undoproxy.approvals.queue import ApprovalError, ApprovalQueue
 from undoproxy.approvals.views import approval_json
 from undoproxy.store.approvals import APPROVAL_STATES
 
-QUEUE_KEY = "approvals"  # AdminContext.extras key of the running ApprovalQueue
 MAX_NAME = 64
 MAX_REASON = 2000
 
 
 def queue_of(request: web.Request) -> ApprovalQueue:
     """The running undoproxy's approvals queue."""
-    queue = request.app[CONTEXT].extras.get(QUEUE_KEY)
-    if not isinstance(queue, ApprovalQueue):
+    queue = request.app[CONTEXT].approvals
+    if queue is None:
         raise ApiError(503, "unavailable", "approvals are not enabled in this undoproxy")
     return queue
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
+from undoproxy.approvals.queue import ApprovalQueue
 from undoproxy.config import Config
 from undoproxy.rollback import Rollback
 from undoproxy.store.journal import Journal
@@ -24,7 +24,7 @@ class AdminContext:
     ca_bundle: Path
     proxy_address: tuple[str, int]
     rollback: Rollback | None = None
-    extras: dict[str, Any] = field(default_factory=dict)  # approvals, rollback executor, ...
+    approvals: ApprovalQueue | None = None
 
     def proxy_url(self, session_id: str | None = None, token: str | None = None) -> str:
         """The proxy URL an agent sets, with credentials when a session is given."""

@@ -14,7 +14,6 @@ from pathlib import Path
 from aiohttp import web
 
 from undoproxy.admin import page_views
-from undoproxy.admin.approvals_api import QUEUE_KEY
 from undoproxy.admin.context import CONTEXT
 from undoproxy.admin.errors import error_response
 from undoproxy.admin.html import Markup, el, render
@@ -44,8 +43,7 @@ HEADERS = {
 
 
 def _queue(request: web.Request) -> ApprovalQueue | None:
-    queue = request.app[CONTEXT].extras.get(QUEUE_KEY)
-    return queue if isinstance(queue, ApprovalQueue) else None
+    return request.app[CONTEXT].approvals
 
 
 def _see_other(location: str) -> web.Response:

@@ -25,7 +25,6 @@ from mitmproxy.master import Master
 
 from undoproxy import cabundle
 from undoproxy.admin.app import create_app
-from undoproxy.admin.approvals_api import QUEUE_KEY
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.queue import ApprovalQueue
@@ -143,8 +142,7 @@ async def start(config: Config) -> Running:
         ca_bundle=ca_bundle,
         proxy_address=config.proxy_listen,
     )
-    context.extras["credentials"] = box
-    context.extras[QUEUE_KEY] = approvals
+    context.approvals = approvals
     context.rollback = Rollback(journal, UpstreamClient(insecure=config.upstream_insecure), box)
 
     runner = web.AppRunner(create_app(context), access_log=None)
