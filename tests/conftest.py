@@ -3,7 +3,6 @@ real `undoproxy run` process in front of them."""
 
 from __future__ import annotations
 
-import ssl
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import upstream
-from tests.support.certs import self_signed
+from tests.support.certs import self_signed, server_context
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -23,8 +22,7 @@ def upstream_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
 
 @pytest.fixture(scope="session")
 def tls_upstream(upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(*upstream_cert)
+    ctx = server_context(upstream_cert)
     server = ThreadedServer(upstream.create_app(), ctx).start()
     yield server
     server.stop()

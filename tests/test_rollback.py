@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 import requests
 
 from tests.support import rest
+from tests.support.certs import server_context
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -33,8 +33,7 @@ def state() -> rest.RestState:
 
 @pytest.fixture
 def api(state: rest.RestState, upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(*upstream_cert)
+    ctx = server_context(upstream_cert)
     server = ThreadedServer(rest.create_app(state), ctx).start()
     yield server
     server.stop()
@@ -165,8 +164,7 @@ def test_recreate_conflicts_when_the_record_came_back(
 def test_upstream_down_then_failed_then_a_second_rollback_completes(
     up: Undoproxy, state: rest.RestState, upstream_cert: tuple[Path, Path], session_id: str
 ) -> None:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(*upstream_cert)
+    ctx = server_context(upstream_cert)
     server = ThreadedServer(rest.create_app(state), ctx).start()
     port = server.port
     with agent(up, session_id) as s:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from tests.conftest import received
 from tests.support import rest
+from tests.support.certs import server_context
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 from tests.test_rollback import SECRET, agent, rollback
@@ -57,8 +57,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
 @pytest.fixture
 def api(upstream_cert: tuple[Path, Path]) -> Iterator[tuple[ThreadedServer, rest.RestState]]:
     state = rest.RestState(token=SECRET, items={"7": {"id": "7", "name": "seven"}})
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(*upstream_cert)
+    ctx = server_context(upstream_cert)
     server = ThreadedServer(rest.create_app(state), ctx).start()
     yield server, state
     server.stop()

@@ -4,7 +4,6 @@ timeline and roll it back. Screenshots of every view are saved under each test's
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support import rest
+from tests.support.certs import server_context
 from tests.support.holding import agent, in_thread
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -51,8 +51,7 @@ def state() -> rest.RestState:
 
 @pytest.fixture(scope="module")
 def api(state: rest.RestState, upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(*upstream_cert)
+    ctx = server_context(upstream_cert)
     server = ThreadedServer(rest.create_app(state), ctx).start()
     yield server
     server.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
 from pathlib import Path
 
 from cryptography import x509
@@ -43,3 +44,10 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+def server_context(cert: tuple[Path, Path]) -> ssl.SSLContext:
+    """A TLS server context for a test upstream using `cert` (cert.pem, key.pem)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(*cert)
+    return ctx
