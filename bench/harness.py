@@ -21,8 +21,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
+import noise
 import yaml
 
 BENCH = Path(__file__).resolve().parent
@@ -94,6 +95,7 @@ class Child:
             cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+        noise.track(self.proc.pid)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
@@ -129,9 +131,10 @@ class Child:
                 self.proc.kill()
                 self.proc.wait(5)
         self._reader.join(5)
+        noise.untrack(self.proc.pid)
         return self.proc.returncode
 
-    def __enter__(self) -> Child:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiohttp
+import noise
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,6 +65,11 @@ class LoadResult:
     def count(self, status: int) -> int:
         """How many measured responses had this status."""
         return self.statuses.get(str(status), 0)
+
+    @property
+    def sent(self) -> int:
+        """Every request sent, warm-up and failures included."""
+        return self.requests + sum(self.warmup_statuses.values()) + self.errors
 
     def total(self, status: int) -> int:
         """How many responses, warm-up included, had this status (what the upstream saw)."""
@@ -169,17 +175,23 @@ async def run(spec: LoadSpec) -> LoadResult:
 
 def start(spec: LoadSpec) -> subprocess.Popen[str]:
     """Start the load in a child process; `finish()` collects its result."""
-    return subprocess.Popen(
+    child = subprocess.Popen(
         [sys.executable, str(HERE / "load.py"), json.dumps(asdict(spec))],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    noise.track(child.pid)
+    return child
 
 
 def finish(child: subprocess.Popen[str], timeout: float | None = None) -> LoadResult:
     """Wait for a child started by `start()` and parse its result."""
-    out, err = child.communicate(timeout=timeout)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    finally:
+        if child.returncode is not None:
+            noise.untrack(child.pid)
     if child.returncode != 0:
         raise RuntimeError(f"load generator failed ({child.returncode}):\n{err.strip()}")
     return LoadResult(**json.loads(out))

@@ -7,13 +7,14 @@ per 201 the client got, or the run is broken (a mutation went through unjournale
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness import BrokenRun, Mitmdump, Undoproxy, Upstream
 from load import LoadResult, LoadSpec
-from paired import Comparison, Target, compare, spec_for, targets
-from report import Row, ms, ratio, rps, verdict
+from paired import Target, case_rows, compare, spec_for, targets
+from report import Row, verdict
 
 NAME = "mutations"
 CASES = (("https", 1), ("https", 32))
@@ -66,34 +67,6 @@ def _compensation_kind(step: dict[str, Any]) -> str | None:
     )
 
 
-def rows_for(case: str, result: Comparison) -> list[Row]:
-    """POST req/s and p50 rows of one case."""
-    assert result.direct is not None
-    bare_rps, undo_rps = result.med("bare", "rps"), result.med("undoproxy", "rps")
-    share = undo_rps / bare_rps if bare_rps else 0.0
-    bare_p50, undo_p50 = result.med("bare", "p50_ms"), result.med("undoproxy", "p50_ms")
-    return [
-        Row(
-            NAME,
-            f"POST {case} req/s",
-            rps(result.direct.rps),
-            rps(bare_rps),
-            rps(undo_rps),
-            ratio(share),
-            f">= {GOAL:.2f}x",
-            verdict(share >= GOAL),
-        ),
-        Row(
-            NAME,
-            f"POST {case} p50",
-            ms(result.direct.p50_ms),
-            ms(bare_p50),
-            ms(undo_p50),
-            f"{undo_p50 - bare_p50:+.2f} ms",
-        ),
-    ]
-
-
 def run(workdir: Path, rounds: int, seconds: float) -> list[Row]:
     """Measure every case, then report the journal's count of mutation steps."""
     rows: list[Row] = []
@@ -112,7 +85,7 @@ def run(workdir: Path, rounds: int, seconds: float) -> list[Row]:
                 target: Target, round_: int, url: str = url, c: int = concurrency, case: str = case
             ) -> LoadSpec:
                 session = session_name(case, round_) if target.name == "undoproxy" else None
-                target = Target(target.name, target.proxy, target.cafile, session)
+                target = replace(target, session=session)
                 return spec_for(
                     target, url, method="POST", json_body=True, concurrency=c, duration=seconds
                 )
@@ -120,7 +93,8 @@ def run(workdir: Path, rounds: int, seconds: float) -> list[Row]:
             def check(result: LoadResult, round_: int, case: str = case) -> None:
                 journal.session(session_name(case, round_), result.total(201))
 
-            rows += rows_for(case, compare(spec, paths, rounds, 201, f"{NAME} {case}", check))
+            result = compare(spec, paths, rounds, 201, f"{NAME} {case}", check)
+            rows += case_rows(NAME, f"POST {case}", result, GOAL, p99=False)
         rows.append(
             Row(
                 NAME,

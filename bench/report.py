@@ -60,7 +60,7 @@ def render(rows: Sequence[Row]) -> str:
 
 
 def median(values: Sequence[float]) -> float:
-    """The median (of the rounds of one case)."""
+    """The median of some rounds."""
     return float(statistics.median(values)) if values else 0.0
 
 

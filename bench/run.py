@@ -1,8 +1,8 @@
 """`make bench`: run every benchmark and print one table of ratios measured in the same run.
 
-    .venv/bin/python bench/run.py                      # everything (about 4-6 minutes)
+    .venv/bin/python bench/run.py                      # everything (about 5 minutes)
     .venv/bin/python bench/run.py passthrough holds    # some of them
-    .venv/bin/python bench/run.py --rounds 5 --seconds 3
+    .venv/bin/python bench/run.py --rounds 10 --seconds 3
 
 Exit status: 0 when every benchmark ran (whether or not it met its goal: goals are for people
 to read, and CI must not flake on a noisy machine), 1 when a run was broken (a process failed
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import holds
 import mutations
+import paired
 import passthrough
 import rollback
 import rules
@@ -42,8 +43,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", metavar="BENCHMARK", help=", ".join(BENCHMARKS))
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
-    parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per round")
+    parser.add_argument("--rounds", type=int, default=6, help="alternating rounds per case")
+    parser.add_argument("--seconds", type=float, default=1.5, help="measured seconds per round")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench] {name} took {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
     print(render(rows))
     print(f"\n{len(names)} benchmark(s) in {time.monotonic() - started:.0f}s")
+    if paired.RERUNS:
+        print(f"{len(paired.RERUNS)} round(s) measured again: other processes were busy")
+        for rerun in paired.RERUNS:
+            print(f"  {rerun}")
     for problem in broken:
         print(f"\nBROKEN {problem}", file=sys.stderr)
     return 1 if broken else 0

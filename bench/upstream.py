@@ -16,34 +16,47 @@ Routes:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import signal
 import ssl
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-ITEMS: web.AppKey[dict[int, Any]] = web.AppKey("items", dict)
-IDS: web.AppKey[itertools.count[int]] = web.AppKey("ids", itertools.count)
-SERVED: web.AppKey[Counter[str]] = web.AppKey("served", Counter)
+
+@dataclass
+class State:
+    """The API's data: items by id, the next id, and requests served by kind."""
+
+    items: dict[int, Any] = field(default_factory=dict)
+    last_id: int = 0
+    served: Counter[str] = field(default_factory=Counter)
+
+    def new_id(self) -> int:
+        """A fresh item id (1, 2, ...)."""
+        self.last_id += 1
+        return self.last_id
+
+
+STATE: web.AppKey[State] = web.AppKey("state", State)
 SMALL = json.dumps({"ok": True, "service": "bench-upstream", "items": [1, 2, 3], "pad": "x" * 40})
 
 
 async def small(request: web.Request) -> web.Response:
     """The pass-through document."""
-    request.app[SERVED]["small"] += 1
+    request.app[STATE].served["small"] += 1
     return web.Response(text=SMALL, content_type="application/json")
 
 
 async def create_item(request: web.Request) -> web.Response:
     """Store a new item; the id is both in the body and in `Location`."""
     body = await request.json()
-    item_id = next(request.app[IDS])
-    request.app[ITEMS][item_id] = body
-    request.app[SERVED]["create"] += 1
+    item_id = request.app[STATE].new_id()
+    request.app[STATE].items[item_id] = body
+    request.app[STATE].served["create"] += 1
     return web.json_response(
         {"id": item_id, **body}, status=201, headers={"Location": f"/items/{item_id}"}
     )
@@ -59,7 +72,7 @@ def _item_id(request: web.Request) -> int:
 async def get_item(request: web.Request) -> web.Response:
     """One item, or 404."""
     item_id = _item_id(request)
-    item = request.app[ITEMS].get(item_id)
+    item = request.app[STATE].items.get(item_id)
     if item is None:
         raise web.HTTPNotFound()
     return web.json_response({"id": item_id, **item})
@@ -67,8 +80,8 @@ async def get_item(request: web.Request) -> web.Response:
 
 async def delete_item(request: web.Request) -> web.Response:
     """Remove one item: 204, or 404 when it is not there."""
-    request.app[SERVED]["delete"] += 1
-    if request.app[ITEMS].pop(_item_id(request), None) is None:
+    request.app[STATE].served["delete"] += 1
+    if request.app[STATE].items.pop(_item_id(request), None) is None:
         raise web.HTTPNotFound()
     return web.Response(status=204)
 
@@ -76,30 +89,29 @@ async def delete_item(request: web.Request) -> web.Response:
 async def seed(request: web.Request) -> web.Response:
     """Create `n` items in one call; answers their ids."""
     n = int(request.query.get("n", "1"))
-    ids = [next(request.app[IDS]) for _ in range(n)]
+    ids = [request.app[STATE].new_id() for _ in range(n)]
     for item_id in ids:
-        request.app[ITEMS][item_id] = {"name": f"seed-{item_id}"}
+        request.app[STATE].items[item_id] = {"name": f"seed-{item_id}"}
     return web.json_response({"ids": ids})
 
 
 async def held(request: web.Request) -> web.Response:
     """What a held request reaches once a person approves it."""
     await request.read()
-    request.app[SERVED]["held"] += 1
+    request.app[STATE].served["held"] += 1
     return web.json_response({"ok": True})
 
 
 async def stats(request: web.Request) -> web.Response:
     """Item count and requests served, for the benchmarks' consistency checks."""
-    return web.json_response({"items": len(request.app[ITEMS]), "served": request.app[SERVED]})
+    state = request.app[STATE]
+    return web.json_response({"items": len(state.items), "served": state.served})
 
 
 def create_app() -> web.Application:
     """The upstream application."""
     app = web.Application(client_max_size=1024**2)
-    app[ITEMS] = {}
-    app[IDS] = itertools.count(1)
-    app[SERVED] = Counter()
+    app[STATE] = State()
     app.add_routes(
         [
             web.get("/small", small),
