@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import BrokenRun, Mitmdump, Undoproxy, Upstream
-from load import LoadResult, LoadSpec
-from paired import Target, case_rows, compare, spec_for, targets
+from load import LoadSpec
+from paired import Round, Target, case_rows, compare, spec_for, targets
 from report import Row, verdict
 
 NAME = "mutations"
@@ -90,8 +90,8 @@ def run(workdir: Path, rounds: int, seconds: float) -> list[Row]:
                     target, url, method="POST", json_body=True, concurrency=c, duration=seconds
                 )
 
-            def check(result: LoadResult, round_: int, case: str = case) -> None:
-                journal.session(session_name(case, round_), result.total(201))
+            def check(done: Round, round_: int, case: str = case) -> None:
+                journal.session(session_name(case, round_), done.total(201))
 
             result = compare(spec, paths, rounds, 201, f"{NAME} {case}", check)
             rows += case_rows(NAME, f"POST {case}", result, GOAL, p99=False)

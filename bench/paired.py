@@ -66,6 +66,13 @@ class Round:
     load: LoadResult
     cpu_ms: float | None = None
     foreign_cores: float = 0.0
+    # Attempts measured again because of foreign load: their requests still happened (a
+    # journal check must count them), only their timings are discarded.
+    discarded: list[LoadResult] = field(default_factory=list)
+
+    def total(self, status: int) -> int:
+        """Responses with `status` over every attempt of this round."""
+        return sum(r.total(status) for r in (*self.discarded, self.load))
 
 
 def wait_idle(pid: int, timeout: float = 10.0) -> None:
@@ -93,10 +100,13 @@ def measure_once(target: Target, spec: LoadSpec) -> Round:
 
 def measure(target: Target, spec: LoadSpec) -> Round:
     """`measure_once`, again (up to ATTEMPTS) while other processes took a share of the CPU."""
+    discarded: list[LoadResult] = []
     for attempt in range(1, ATTEMPTS + 1):
         done = measure_once(target, spec)
+        done.discarded = list(discarded)
         if done.foreign_cores <= FOREIGN_LIMIT or len(RERUNS) >= MAX_RERUNS:
             return done
+        discarded.append(done.load)
         scheme, _, rest = spec.url.partition("://")
         what = f"{spec.method} {scheme} /{rest.partition('/')[2]} c={spec.concurrency}"
         RERUNS.append(
@@ -143,7 +153,7 @@ def compare(
     rounds: int,
     expect: int,
     what: str,
-    after_undo: Callable[[LoadResult, int], None] | None = None,
+    after_undo: Callable[[Round, int], None] | None = None,
 ) -> Comparison:
     """Run `spec(target, round)` direct once, then bare/undoproxy alternating for `rounds`."""
     direct, bare, undo = paths
@@ -156,7 +166,7 @@ def compare(
             if target is undo:
                 out.undo.append(done)
                 if after_undo is not None:
-                    after_undo(done.load, n)
+                    after_undo(done, n)
             else:
                 out.bare.append(done)
     return out

@@ -8,6 +8,7 @@ parameters with secret-looking names, and JSON body fields with secret-looking k
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -38,6 +39,7 @@ _SECRET_NAME = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)  # called for every header of every request: names repeat
 def is_secret_name(name: str) -> bool:
     """True for header, query or field names that usually carry a secret."""
     return name.lower() in CREDENTIAL_HEADERS or bool(_SECRET_NAME.search(name))

@@ -30,10 +30,9 @@ class Journal:
     """Sessions and steps of every agent, durable in SQLite."""
 
     def __init__(
-        self, write_conn: aiosqlite.Connection, read_conn: aiosqlite.Connection, events: EventBus
+        self, writer: JournalWriter, read_conn: aiosqlite.Connection, events: EventBus
     ) -> None:
-        self.writer = JournalWriter(write_conn)
-        self._write_conn = write_conn
+        self.writer = writer
         self._read = read_conn
         self.events = events
         self.sessions: dict[str, Session] = {}
@@ -42,12 +41,16 @@ class Journal:
     @classmethod
     async def open(cls, path: Path, events: EventBus | None = None) -> Journal:
         """Open (creating or migrating) the journal at `path` and recover from a crash."""
-        write_conn = await schema.connect(path)
-        await schema.migrate(write_conn)
+        setup = await schema.connect(path)
+        try:
+            await schema.migrate(setup)
+            await _recover_writes(setup)
+        finally:
+            await setup.close()
         read_conn = await schema.connect(path)
         read_conn.row_factory = aiosqlite.Row
-        journal = cls(write_conn, read_conn, events or EventBus())
-        await journal._recover()
+        journal = cls(JournalWriter(schema.connect_sync(path)), read_conn, events or EventBus())
+        await journal._load()
         journal.writer.start()
         return journal
 
@@ -55,22 +58,8 @@ class Journal:
         """Commit everything queued, then close both connections."""
         await self.writer.close()
         await self._read.close()
-        await self._write_conn.close()
 
-    async def _recover(self) -> None:
-        # A mutation still `pending` was journaled and perhaps sent when we last stopped:
-        # its outcome is unknown, and rollback must re-read the target before deciding.
-        now = time.time()
-        await self._write_conn.execute(
-            "UPDATE steps SET status='unknown', updated_at=?, error=coalesce(error, "
-            "'undoproxy stopped before the outcome was recorded') WHERE status='pending'",
-            (now,),
-        )
-        await self._write_conn.execute(
-            "UPDATE sessions SET state='rollback_incomplete', updated_at=? "
-            "WHERE state='rolling_back'",
-            (now,),
-        )
+    async def _load(self) -> None:
         async with self._read.execute(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions") as c:
             for row in await c.fetchall():
                 self.sessions[row["id"]] = Session(**dict(row))
@@ -172,6 +161,22 @@ class Journal:
         """A read-only query on the read connection, rows as dicts."""
         async with self._read.execute(sql, tuple(params)) as cur:
             return [dict(r) for r in await cur.fetchall()]
+
+
+async def _recover_writes(conn: aiosqlite.Connection) -> None:
+    """After a crash: what was in flight has an unknown outcome; a rollback did not finish."""
+    # A mutation still `pending` was journaled and perhaps sent when we last stopped:
+    # its outcome is unknown, and rollback must re-read the target before deciding.
+    now = time.time()
+    await conn.execute(
+        "UPDATE steps SET status='unknown', updated_at=?, error=coalesce(error, "
+        "'undoproxy stopped before the outcome was recorded') WHERE status='pending'",
+        (now,),
+    )
+    await conn.execute(
+        "UPDATE sessions SET state='rollback_incomplete', updated_at=? WHERE state='rolling_back'",
+        (now,),
+    )
 
 
 def session_summary(session: Session) -> dict[str, Any]:

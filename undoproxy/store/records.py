@@ -81,13 +81,13 @@ class Step:
     def to_row(self) -> dict[str, Any]:
         """Column name -> SQL value."""
         row: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _JSON_COLUMNS and value is not None:
+        for name in STEP_COLUMNS:
+            value = getattr(self, name)
+            if name in _JSON_COLUMNS and value is not None:
                 value = json.dumps(value)
-            elif f.name == "is_mutation":
+            elif name == "is_mutation":
                 value = int(value)
-            row[f.name] = value
+            row[name] = value
         return row
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
@@ -98,6 +99,15 @@ async def connect(path: Path, *, busy_timeout_ms: int = 2000) -> aiosqlite.Conne
     await conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     for pragma in PRAGMAS:
         await conn.execute(pragma)
+    return conn
+
+
+def connect_sync(path: Path, *, busy_timeout_ms: int = 2000) -> sqlite3.Connection:
+    """A plain connection for the journal writer's own thread (see writer.py)."""
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    for pragma in PRAGMAS:
+        conn.execute(pragma)
     return conn
 
 
