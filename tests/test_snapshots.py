@@ -108,3 +108,36 @@ def test_explicit_templates_from_the_response_and_the_snapshot(
     report = rollback(up, session_id)
     assert report["state"] == "rolled_back"
     assert state.items == {"7": {"id": "7", "name": "seven"}}
+
+
+def test_rolling_back_a_session_denies_its_held_requests(
+    tmp_path: Path, api: tuple[ThreadedServer, rest.RestState], session_id: str
+) -> None:
+    from tests.support.holding import in_thread, wait_pending
+
+    server, state = api
+    rules = {
+        "rules": [
+            {
+                "name": "hold-deletes",
+                "action": "hold",
+                "match": {"method": "DELETE", "path": "/items/{id}"},
+            }
+        ]
+    }
+    held_up = Undoproxy(tmp_path, rules).start()
+    try:
+        with agent(held_up, session_id) as s:
+            s.post(f"{server.base_url}/items", json={"name": "made"}).raise_for_status()
+            waiting = in_thread(lambda: s.delete(f"{server.base_url}/items/7", timeout=30))
+            approval = wait_pending(held_up, session_id)
+            report = rollback(held_up, session_id)
+            answer = waiting.result(30)
+        assert answer.status_code == 403
+        assert answer.json()["reason"].startswith("the session is being rolled back")
+        assert "7" in state.items and ("DELETE", "/items/7") not in state.log
+        late = held_up.api("POST", f"/api/approvals/{approval['id']}/approve", json={})
+        assert late.status_code == 409
+        assert report["state"] == "rolled_back"
+    finally:
+        held_up.stop()

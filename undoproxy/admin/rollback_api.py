@@ -37,6 +37,13 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
             409, "conflict", f"session {session_id!r} is committed; it cannot be rolled back"
         )
 
+    if not dry_run and ctx.approvals is not None:
+        # A request of this session still waiting for a person must not be approved into a
+        # session that is being undone.
+        await ctx.approvals.deny_session(
+            session_id, "the session is being rolled back; this request was never forwarded"
+        )
+
     if NDJSON not in request.headers.get("Accept", ""):
         try:
             report = await ctx.rollback.run(session_id, force=force, dry_run=dry_run)

@@ -171,6 +171,21 @@ class ApprovalQueue:
         self._finish(pending, self._decision(pending))
         return approval
 
+    async def deny_session(self, session_id: str, reason: str) -> int:
+        """Deny every pending approval of a session (it is being rolled back); how many."""
+        mine = [
+            p
+            for p in self._by_id.values()
+            if p.approval.session_id == session_id and p.approval.state == "pending"
+        ]
+        for pending in mine:
+            self._claim(pending, "denied", reason, "undoproxy")
+            self.journal.writer.submit(store.DECIDE, store.decide_params(pending.approval))
+            self._finish(pending, self._decision(pending))
+        if mine:
+            await self.journal.writer.flush()
+        return len(mine)
+
     def _time_out(self, pending: Pending) -> None:
         if pending.approval.state != "pending":
             return
