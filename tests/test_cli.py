@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.proxy.test_traffic import client
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -57,7 +56,7 @@ def test_env_bundle_keeps_the_system_cas(proxy: Undoproxy) -> None:
 def test_sessions_show_export_commit(
     proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
-    with client(proxy, session_id) as s:
+    with proxy.agent(session_id) as s:
         s.post(
             f"{plain_upstream.base_url}/echo/things",
             json={"n": 1},
@@ -138,24 +137,51 @@ def test_rules_check_lists_every_mistake_with_file_and_line(tmp_path: Path) -> N
         "    acton: deny\n"
         "    compensate: undo-everything\n"
     )
-    r = subprocess.run([sys.executable, "-m", "undoproxy", "rules", "check", "-c", str(config)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "undoproxy", "rules", "check", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert f"{config}:3: " in r.stderr and "FETCH" in r.stderr
     assert f"{config}:5: " in r.stderr and "did you mean 'action'" in r.stderr
     assert f"{config}:6: " in r.stderr and "undo-everything" in r.stderr
-    ok = subprocess.run([sys.executable, "-m", "undoproxy", "rules", "check", "-c",
-                         str(Path(__file__).parent.parent / "config.yaml")],
-                        capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "undoproxy",
+            "rules",
+            "check",
+            "-c",
+            str(Path(__file__).parent.parent / "config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0 and "OK, 4 rules" in ok.stdout
 
 
-def test_rules_explain_shows_the_match_its_captures_and_why_others_did_not(tmp_path: Path
-                                                                          ) -> None:
+def test_rules_explain_shows_the_match_its_captures_and_why_others_did_not(tmp_path: Path) -> None:
     example = Path(__file__).parent.parent / "config.yaml"
-    r = subprocess.run([sys.executable, "-m", "undoproxy", "rules", "explain", "-c",
-                        str(example), "DELETE", "https://api.github.com/repos/acme/web"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "undoproxy",
+            "rules",
+            "explain",
+            "-c",
+            str(example),
+            "DELETE",
+            "https://api.github.com/repos/acme/web",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert "Matched: never-delete-repos" in r.stdout
     assert "owner=acme, repo=web" in r.stdout

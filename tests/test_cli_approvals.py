@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.holding import agent, in_thread, wait_pending
+from tests.support.holding import in_thread, wait_pending
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -35,7 +35,7 @@ def test_approvals_approve_and_deny(
     assert empty.returncode == 0 and empty.stdout.strip() == "no approvals pending"
 
     urls = [f"{plain_upstream.base_url}/echo/{uuid.uuid4().hex}" for _ in range(2)]
-    first = in_thread(lambda: agent(up, session_id).delete(urls[0], timeout=30))
+    first = in_thread(lambda: up.agent(session_id).delete(urls[0], timeout=30))
     approval = wait_pending(up, session_id)
     listed = up.cli("approvals")
     assert listed.returncode == 0, listed.stderr
@@ -49,7 +49,7 @@ def test_approvals_approve_and_deny(
     assert f"{approval['id']} approved by Ada (checked)" in approved.stdout
     assert first.result(15).status_code == 200
 
-    second = in_thread(lambda: agent(up, session_id).delete(urls[1], timeout=30))
+    second = in_thread(lambda: up.agent(session_id).delete(urls[1], timeout=30))
     other = wait_pending(up, session_id)
     denied = up.cli("deny", other["id"], "--reason", "wrong customer")
     assert denied.returncode == 0, denied.stderr

@@ -14,11 +14,11 @@ import pytest
 import requests
 
 from tests.support import rest
-from tests.support.certs import server_context
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
 SECRET = "sk-agent-SECRET-123"
+AUTH = {"Authorization": f"Bearer {SECRET}"}  # the upstream refuses anything else
 
 
 @pytest.fixture
@@ -33,8 +33,7 @@ def state() -> rest.RestState:
 
 @pytest.fixture
 def api(state: rest.RestState, upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
-    ctx = server_context(upstream_cert)
-    server = ThreadedServer(rest.create_app(state), ctx).start()
+    server = rest.serve(state, upstream_cert)
     yield server
     server.stop()
 
@@ -47,15 +46,6 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
     instance.stop()
 
 
-def agent(proxy: Undoproxy, session: str) -> requests.Session:
-    s = requests.Session()
-    s.trust_env = False
-    s.proxies = proxy.proxies(session)
-    s.verify = proxy.ca_bundle
-    s.headers["Authorization"] = f"Bearer {SECRET}"
-    return s
-
-
 def rollback(proxy: Undoproxy, session: str, **body: Any) -> dict[str, Any]:
     r = proxy.api("POST", f"/api/sessions/{session}/rollback", json=body)
     assert r.status_code == 200, r.text
@@ -66,7 +56,7 @@ def test_create_update_patch_delete_rolled_back_to_the_exact_prior_state(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
     before = state.snapshot()
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         created = s.post(f"{api.base_url}/items", json={"name": "Linus"}).json()
         s.put(
             f"{api.base_url}/items/1", json={"name": "Ada L.", "title": "Countess"}
@@ -88,7 +78,7 @@ def test_create_update_patch_delete_rolled_back_to_the_exact_prior_state(
 def test_a_second_rollback_sends_nothing_twice(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.post(f"{api.base_url}/items", json={"name": "once"}).raise_for_status()
     assert rollback(up, session_id)["state"] == "rolled_back"
     sent = len(state.log)
@@ -110,7 +100,7 @@ def test_drift_is_a_conflict_and_nothing_is_overwritten_unless_forced(
     upstream_cert: tuple[Path, Path],
 ) -> None:
     state.etags = etags
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.put(f"{api.base_url}/items/1", json={"name": "by agent"}).raise_for_status()
     # Someone else changes the record afterwards, not through undoproxy.
     requests.put(
@@ -136,7 +126,7 @@ def test_recreate_a_deleted_record(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str, put_creates: bool
 ) -> None:
     state.put_creates = put_creates
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.delete(f"{api.base_url}/items/2").raise_for_status()
     report = rollback(up, session_id)
     [step] = report["steps"]
@@ -153,7 +143,7 @@ def test_recreate_a_deleted_record(
 def test_recreate_conflicts_when_the_record_came_back(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.delete(f"{api.base_url}/items/2").raise_for_status()
     state.items["2"] = {"id": "2", "name": "someone recreated it"}
     [step] = rollback(up, session_id)["steps"]
@@ -164,10 +154,9 @@ def test_recreate_conflicts_when_the_record_came_back(
 def test_upstream_down_then_failed_then_a_second_rollback_completes(
     up: Undoproxy, state: rest.RestState, upstream_cert: tuple[Path, Path], session_id: str
 ) -> None:
-    ctx = server_context(upstream_cert)
-    server = ThreadedServer(rest.create_app(state), ctx).start()
+    server = rest.serve(state, upstream_cert)
     port = server.port
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         a = s.post(f"{server.base_url}/items", json={"name": "a"}).json()["id"]
         b = s.post(f"{server.base_url}/items", json={"name": "b"}).json()["id"]
     server.stop()  # the upstream goes down
@@ -178,7 +167,7 @@ def test_upstream_down_then_failed_then_a_second_rollback_completes(
     assert "rollback_incomplete" in first.stdout
     assert {a, b} <= set(state.items)
 
-    server = ThreadedServer(rest.create_app(state), ctx, port=port).start()
+    server = rest.serve(state, upstream_cert, port)
     try:
         second = up.cli("rollback", session_id)
         assert second.returncode == 0, second.stdout + second.stderr
@@ -193,7 +182,7 @@ def test_upstream_down_then_failed_then_a_second_rollback_completes(
 def test_a_busy_upstream_is_retried_honouring_retry_after(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         created = s.post(f"{api.base_url}/items", json={"name": "busy"}).json()["id"]
     state.fail_writes = 2  # the first two DELETEs get 503 with Retry-After: 0
     [step] = rollback(up, session_id)["steps"]
@@ -206,7 +195,7 @@ def test_a_busy_upstream_is_retried_honouring_retry_after(
 def test_two_rollbacks_of_one_session_cannot_run_at_once(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.post(f"{api.base_url}/items", json={"name": "slow"}).raise_for_status()
     gate = asyncio.Event()
     api.call(lambda: setattr(state, "gate", gate))  # compensations now wait at the upstream
@@ -235,7 +224,7 @@ def test_two_rollbacks_of_one_session_cannot_run_at_once(
 def test_commit_then_rollback_is_refused(
     up: Undoproxy, api: ThreadedServer, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.post(f"{api.base_url}/items", json={"name": "kept"}).raise_for_status()
     assert up.cli("commit", session_id).returncode == 0
     r = up.api("POST", f"/api/sessions/{session_id}/rollback", json={})
@@ -247,7 +236,7 @@ def test_commit_then_rollback_is_refused(
 def test_dry_run_prints_the_plan_and_changes_nothing(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.put(f"{api.base_url}/items/1", json={"name": "dry"}).raise_for_status()
     after = state.snapshot()
     out = up.cli("rollback", session_id, "--dry-run")
@@ -260,7 +249,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(
 def test_unknown_outcome_is_decided_by_re_reading_the_target(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         for how, name in (("before", "never applied"), ("after", "applied, answer lost")):
             item = "1" if how == "after" else "2"
             r = s.put(
@@ -281,7 +270,7 @@ def test_unknown_outcome_is_decided_by_re_reading_the_target(
 def test_an_unidentifiable_creation_is_reported_irreversible(
     up: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.post(f"{tls_upstream.base_url}/echo/anything", json={"x": 1}).raise_for_status()
     report = rollback(up, session_id)
     [step] = report["steps"]
@@ -293,7 +282,7 @@ def test_an_unidentifiable_creation_is_reported_irreversible(
 def test_credentials_are_replayed_but_never_shown(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         s.post(f"{api.base_url}/items", json={"name": "secretive"}).raise_for_status()
     outputs = [
         up.api("GET", f"/api/sessions/{session_id}").text,

@@ -9,10 +9,9 @@ import pytest
 
 from tests.conftest import received
 from tests.support import rest
-from tests.support.certs import server_context
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
-from tests.test_rollback import SECRET, agent, rollback
+from tests.test_rollback import AUTH, SECRET, rollback
 
 RULES = {
     "rules": [
@@ -57,8 +56,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
 @pytest.fixture
 def api(upstream_cert: tuple[Path, Path]) -> Iterator[tuple[ThreadedServer, rest.RestState]]:
     state = rest.RestState(token=SECRET, items={"7": {"id": "7", "name": "seven"}})
-    ctx = server_context(upstream_cert)
-    server = ThreadedServer(rest.create_app(state), ctx).start()
+    server = rest.serve(state, upstream_cert)
     yield server, state
     server.stop()
 
@@ -67,7 +65,7 @@ def test_a_failed_snapshot_blocks_the_mutation(
     up: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
     before = len(received(tls_upstream))
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         r = s.put(f"{tls_upstream.base_url}/echo/careful/1", json={"name": "x"})
     assert r.status_code == 502
     body = r.json()
@@ -83,7 +81,7 @@ def test_a_failed_snapshot_blocks_the_mutation(
 def test_on_snapshot_error_proceed_forwards_and_marks_the_step_irreversible(
     up: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         r = s.put(f"{tls_upstream.base_url}/echo/reckless/1", json={"name": "x"})
     assert r.status_code == 200
     assert received(tls_upstream)[-1].method == "PUT"
@@ -96,7 +94,7 @@ def test_explicit_templates_from_the_response_and_the_snapshot(
     up: Undoproxy, api: tuple[ThreadedServer, rest.RestState], session_id: str
 ) -> None:
     server, state = api
-    with agent(up, session_id) as s:
+    with up.agent(session_id, headers=AUTH) as s:
         created = s.post(f"{server.base_url}/items", json={"name": "new"}).json()
         s.patch(f"{server.base_url}/items/7", json={"name": "renamed"}).raise_for_status()
     shown = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
@@ -127,7 +125,7 @@ def test_rolling_back_a_session_denies_its_held_requests(
     }
     held_up = Undoproxy(tmp_path, rules).start()
     try:
-        with agent(held_up, session_id) as s:
+        with held_up.agent(session_id, headers=AUTH) as s:
             s.post(f"{server.base_url}/items", json={"name": "made"}).raise_for_status()
             waiting = in_thread(lambda: s.delete(f"{server.base_url}/items/7", timeout=30))
             approval = wait_pending(held_up, session_id)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.holding import agent, decide, in_thread, wait_pending
+from tests.support.holding import decide, in_thread, wait_pending
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -46,7 +46,7 @@ def sign_in(up: Undoproxy, name: str = "Grace") -> tuple[requests.Session, str]:
 def hold(up: Undoproxy, upstream: ThreadedServer, session: str, **kwargs: Any) -> Any:
     """Start a held DELETE in the background; (future, approval)."""
     url = f"{upstream.base_url}/held/{uuid.uuid4().hex}"
-    future = in_thread(lambda: agent(up, session).delete(url, timeout=30, **kwargs))
+    future = in_thread(lambda: up.agent(session).delete(url, timeout=30, **kwargs))
     return future, wait_pending(up, session)
 
 
@@ -105,7 +105,7 @@ def test_an_update_shows_the_redacted_body_and_the_diff(
 ) -> None:
     body = {"name": "Ada", "api_key": "sk-live-SECRET", "total": 125000}
     url = f"{plain_upstream.base_url}/held/{uuid.uuid4().hex}"
-    held = in_thread(lambda: agent(up, session_id).put(url, json=body, timeout=30))
+    held = in_thread(lambda: up.agent(session_id).put(url, json=body, timeout=30))
     approval = wait_pending(up, session_id)
     assert "SECRET" not in json.dumps(approval)
     assert '"api_key": "[redacted]"' in approval["body"]

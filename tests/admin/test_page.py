@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support import rest
-from tests.support.certs import server_context
-from tests.support.holding import agent, in_thread
+from tests.support.holding import in_thread
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -51,8 +50,7 @@ def state() -> rest.RestState:
 
 @pytest.fixture(scope="module")
 def api(state: rest.RestState, upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
-    ctx = server_context(upstream_cert)
-    server = ThreadedServer(rest.create_app(state), ctx).start()
+    server = rest.serve(state, upstream_cert)
     yield server
     server.stop()
 
@@ -103,7 +101,7 @@ def test_a_held_update_appears_live_and_approving_it_completes_the_agent_request
     up.api("POST", "/api/sessions", json={"id": session_id, "intent": "fix a customer's name"})
     url = f"{api.base_url}/items/7"
     held = in_thread(
-        lambda: agent(up, session_id).put(
+        lambda: up.agent(session_id).put(
             url, json={"id": "7", "name": "Ada L.", "tier": "gold"}, timeout=60
         )
     )
@@ -132,7 +130,7 @@ def test_deny_with_a_reason_gives_the_agent_403(
     page: Page, up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
     state.items["8"] = {"id": "8", "name": "Grace"}
-    held = in_thread(lambda: agent(up, session_id).delete(f"{api.base_url}/items/8", timeout=60))
+    held = in_thread(lambda: up.agent(session_id).delete(f"{api.base_url}/items/8", timeout=60))
     card = page.locator(".card", has_text=session_id)
     card.locator(".reason").fill("Grace stays")
     card.locator("button.deny").click()
@@ -147,7 +145,7 @@ def test_batch_deny_of_three_asks_for_confirmation(
     page: Page, up: Undoproxy, api: ThreadedServer, tmp_path: Path, session_id: str
 ) -> None:
     urls = [f"{api.base_url}/items/b{i}" for i in range(3)]
-    futures = [in_thread(lambda u=u: agent(up, session_id).delete(u, timeout=60)) for u in urls]
+    futures = [in_thread(lambda u=u: up.agent(session_id).delete(u, timeout=60)) for u in urls]
     expect(page.locator(".card", has_text=session_id)).to_have_count(3)
     dialogs: list[str] = []
     page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
@@ -170,7 +168,7 @@ def test_sessions_timeline_and_rollback(
 ) -> None:
     state.items["9"] = {"id": "9", "name": "Linus", "tier": "silver"}
     before = state.snapshot()
-    with agent(up, session_id) as s:
+    with up.agent(session_id) as s:
         created = s.post(f"{api.base_url}/items", json={"name": "Margaret"}, timeout=30).json()
         s.patch(f"{api.base_url}/items/9", json={"tier": "gold"}, timeout=30).raise_for_status()
         s.get(f"{api.base_url}/items/9", timeout=30).raise_for_status()

@@ -14,7 +14,6 @@ import requests
 from tests.conftest import received
 from tests.support.holding import (
     HOOKS,
-    agent,
     dead_url,
     decide,
     in_thread,
@@ -77,11 +76,11 @@ def test_a_held_request_waits_while_other_requests_flow(
 ) -> None:
     marker = uuid.uuid4().hex
     url = f"{plain_upstream.base_url}/held/{marker}"
-    held = in_thread(lambda: agent(up, session_id).delete(url, timeout=30))
+    held = in_thread(lambda: up.agent(session_id).delete(url, timeout=30))
     approval = wait_pending(up, session_id)
 
     started = time.monotonic()
-    with agent(up, session_id) as same, agent(up, "someone-else") as other:
+    with up.agent(session_id) as same, up.agent("someone-else") as other:
         assert same.get(f"{plain_upstream.base_url}/echo/read", timeout=10).status_code == 200
         assert other.post(f"{plain_upstream.base_url}/echo/w", json={}, timeout=10).ok
     assert time.monotonic() - started < 5
@@ -105,7 +104,7 @@ def test_deny_answers_403_with_the_contract_shape_and_forwards_nothing(
 ) -> None:
     marker = uuid.uuid4().hex
     held = in_thread(
-        lambda: agent(up, session_id).delete(f"{plain_upstream.base_url}/held/{marker}", timeout=30)
+        lambda: up.agent(session_id).delete(f"{plain_upstream.base_url}/held/{marker}", timeout=30)
     )
     approval = wait_pending(up, session_id)
     assert decide(up, approval["id"], "deny", reason="not this customer").status_code == 200
@@ -135,7 +134,7 @@ def test_nobody_deciding_times_out_and_a_late_approve_is_refused(
 ) -> None:
     marker = uuid.uuid4().hex
     started = time.monotonic()
-    with agent(up, session_id) as s:
+    with up.agent(session_id) as s:
         response = s.put(f"{plain_upstream.base_url}/quick/{marker}", json={"a": 1}, timeout=20)
     assert 0.9 < time.monotonic() - started < 10
     assert response.status_code == 403
@@ -156,9 +155,9 @@ def test_identical_requests_of_a_session_share_one_approval(
 ) -> None:
     marker = uuid.uuid4().hex
     url = f"{plain_upstream.base_url}/held/{marker}"
-    first = in_thread(lambda: agent(up, session_id).delete(url, timeout=30))
-    second = in_thread(lambda: agent(up, session_id).delete(url, timeout=30))
-    other = in_thread(lambda: agent(up, session_id).delete(url + "-other", timeout=30))
+    first = in_thread(lambda: up.agent(session_id).delete(url, timeout=30))
+    second = in_thread(lambda: up.agent(session_id).delete(url, timeout=30))
+    other = in_thread(lambda: up.agent(session_id).delete(url + "-other", timeout=30))
     deadline = time.monotonic() + 15
     pending: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
@@ -186,7 +185,7 @@ def test_critical_risk_needs_a_reason_to_approve_or_deny(
 ) -> None:
     marker = uuid.uuid4().hex
     held = in_thread(
-        lambda: agent(up, session_id).post(
+        lambda: up.agent(session_id).post(
             f"{plain_upstream.base_url}/critical/{marker}", json={"amount": 50000}, timeout=30
         )
     )
@@ -209,7 +208,7 @@ def test_the_webhook_is_told_and_a_dead_one_changes_nothing(
     marker = uuid.uuid4().hex
     started = time.monotonic()
     held = in_thread(
-        lambda: agent(up, session_id).delete(f"{plain_upstream.base_url}/held/{marker}", timeout=30)
+        lambda: up.agent(session_id).delete(f"{plain_upstream.base_url}/held/{marker}", timeout=30)
     )
     approval = wait_pending(up, session_id)
     assert time.monotonic() - started < 5  # the dead webhook delayed nothing
@@ -233,7 +232,7 @@ def test_an_agent_that_gives_up_leaves_an_expired_approval(
     up: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     marker = uuid.uuid4().hex
-    with agent(up, session_id) as s, pytest.raises(requests.exceptions.ReadTimeout):
+    with up.agent(session_id) as s, pytest.raises(requests.exceptions.ReadTimeout):
         s.delete(f"{plain_upstream.base_url}/held/{marker}", timeout=1.5)
     [approval] = up.api("GET", f"/api/approvals?session={session_id}").json()["approvals"]
     expired = wait_state(up, approval["id"], "expired")
@@ -249,7 +248,7 @@ def test_after_a_crash_pending_approvals_are_expired_never_approved(
     first = Undoproxy(tmp_path, {"rules": RULES}).start()
     marker = uuid.uuid4().hex
     held = in_thread(
-        lambda: agent(first, session_id).delete(
+        lambda: first.agent(session_id).delete(
             f"{plain_upstream.base_url}/held/{marker}", timeout=30
         )
     )

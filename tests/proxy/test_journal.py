@@ -12,7 +12,6 @@ import pytest
 import requests
 
 from tests.conftest import received
-from tests.proxy.test_traffic import client
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -33,7 +32,7 @@ def test_a_mutation_and_a_read_leave_these_rows(
     proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
     body = json.dumps({"name": "Ada", "password": "hunter2"}).encode()
-    with client(proxy, session_id) as s:
+    with proxy.agent(session_id) as s:
         s.post(
             f"{tls_upstream.base_url}/echo/customers",
             data=body,
@@ -70,7 +69,7 @@ def test_a_mutation_and_a_read_leave_these_rows(
 def test_the_api_shows_steps_with_secrets_redacted(
     proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
-    with client(proxy, session_id) as s:
+    with proxy.agent(session_id) as s:
         s.put(
             f"{plain_upstream.base_url}/echo/users/1?api_key=QUERYSECRET",
             json={"email": "a@b.test", "password": "hunter2"},
@@ -85,7 +84,7 @@ def test_the_api_shows_steps_with_secrets_redacted(
 
 
 def test_unreachable_upstream_is_journaled_as_failed(proxy: Undoproxy, session_id: str) -> None:
-    with client(proxy, session_id) as s:
+    with proxy.agent(session_id) as s:
         r = s.post("http://127.0.0.1:9/nothing-listens-here", json={})
     assert r.status_code == 502
     [row] = journal_rows(proxy, session_id)
@@ -103,7 +102,7 @@ def test_a_mutation_that_cannot_be_journaled_is_answered_503_and_not_forwarded(
     own_proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     marker = uuid.uuid4().hex
-    with client(own_proxy, session_id) as s:
+    with own_proxy.agent(session_id) as s:
         s.get(f"{plain_upstream.base_url}/echo/warmup").raise_for_status()
         own_proxy.api("GET", f"/api/sessions/{session_id}")
         # Another process holds the database's write lock: undoproxy cannot write ahead.
@@ -130,7 +129,7 @@ def test_journal_survives_a_restart_and_pending_becomes_unknown(
     tmp_path: Path, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     first = Undoproxy(tmp_path).start()
-    with client(first, session_id) as s:
+    with first.agent(session_id) as s:
         s.post(f"{plain_upstream.base_url}/echo/kept", json={}).raise_for_status()
     assert first.stop() == 0
     assert "journal flushed" in "".join(first.output)

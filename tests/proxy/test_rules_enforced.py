@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import received
-from tests.proxy.test_traffic import client, steps
+from tests.proxy.test_traffic import steps
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -50,7 +50,7 @@ def test_deny_is_answered_403_and_nothing_reaches_the_upstream(
     upstream: ThreadedServer = request.getfixturevalue(upstream_name)
     marker = uuid.uuid4().hex
     before = len(received(upstream))
-    with client(ruled, session_id) as s:
+    with ruled.agent(session_id) as s:
         r = s.delete(f"{upstream.base_url}/echo/customers/{marker}")
     assert r.status_code == 403
     assert r.headers["X-Undoproxy-Decision"] == "denied"
@@ -73,7 +73,7 @@ def test_deny_is_answered_403_and_nothing_reaches_the_upstream(
 def test_allow_passes_and_the_journal_names_the_rule(
     ruled: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
-    with client(ruled, session_id) as s:
+    with ruled.agent(session_id) as s:
         r = s.post(f"{tls_upstream.base_url}/echo/shops/s1/orders", json={"amount": 40})
     assert r.status_code == 200 and r.json()["body"] == {"amount": 40}
     [step] = steps(ruled, session_id)
@@ -84,7 +84,7 @@ def test_allow_passes_and_the_journal_names_the_rule(
 def test_unmatched_mutations_get_defaults_mutations(
     ruled: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
-    with client(ruled, session_id) as s:
+    with ruled.agent(session_id) as s:
         too_big = s.post(f"{plain_upstream.base_url}/echo/shops/s1/orders", json={"amount": 500})
         read = s.get(f"{plain_upstream.base_url}/echo/shops/s1/orders")
     assert too_big.status_code == 403
@@ -98,7 +98,7 @@ def test_a_forged_host_header_does_not_dodge_a_host_rule(
     # The tunnel goes to 127.0.0.1; the Host header claims another host. Rules match the real
     # destination, which is where mitmproxy sends the request.
     before = len(received(tls_upstream))
-    with client(ruled, session_id) as s:
+    with ruled.agent(session_id) as s:
         r = s.delete(f"{tls_upstream.base_url}/echo/customers/9", headers={"Host": "harmless.test"})
     assert r.status_code == 403
     assert r.json()["rule"] == "no-deleting-customers"

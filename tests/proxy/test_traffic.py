@@ -16,15 +16,6 @@ from tests.support.servers import ThreadedServer
 STRIPPED = {"proxy-authorization", "proxy-connection", "x-undoproxy-session"}
 
 
-def client(proxy: Undoproxy, session: str | None, token: str = "x") -> requests.Session:
-    """A requests session through the proxy that trusts undoproxy's CA bundle only."""
-    s = requests.Session()
-    s.trust_env = False  # ignore NO_PROXY and friends from the machine
-    s.proxies = proxy.proxies(session, token)
-    s.verify = proxy.ca_bundle
-    return s
-
-
 def steps(proxy: Undoproxy, session: str) -> list[dict[str, object]]:
     response = proxy.api("GET", f"/api/sessions/{session}")
     assert response.status_code == 200, response.text
@@ -63,7 +54,7 @@ def test_curl_over_tls_is_attributed_to_its_session(
 def test_requests_over_plain_http_strips_identifying_headers(
     proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
-    with client(proxy, session_id) as s:
+    with proxy.agent(session_id) as s:
         r = s.post(
             f"{plain_upstream.base_url}/echo/plain",
             json={"a": 1},
@@ -79,7 +70,7 @@ def test_requests_over_plain_http_strips_identifying_headers(
 def test_every_request_inside_a_tunnel_belongs_to_the_connect_session(
     proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
-    with client(proxy, session_id) as s:  # one keep-alive tunnel, several requests
+    with proxy.agent(session_id) as s:  # one keep-alive tunnel, several requests
         for i in range(3):
             assert s.get(f"{tls_upstream.base_url}/echo/{i}").status_code == 200
         assert s.delete(f"{tls_upstream.base_url}/echo/gone").status_code == 200
@@ -92,7 +83,7 @@ def test_session_header_and_default_session(
     proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     marker = uuid.uuid4().hex
-    with client(proxy, None) as s:
+    with proxy.agent(None) as s:
         r = s.get(f"{plain_upstream.base_url}/echo/h", headers={"X-Undoproxy-Session": session_id})
         assert "x-undoproxy-session" not in {h.lower() for h in r.json()["headers"]}
         s.get(f"{plain_upstream.base_url}/echo/{marker}")
@@ -118,7 +109,7 @@ def test_token_mode_answers_407_and_forwards_nothing(
     marker = uuid.uuid4().hex
     before = len(received(plain_upstream)) + len(received(tls_upstream))
     session, token = creds or (None, "x")
-    with client(token_proxy, session, token) as s:
+    with token_proxy.agent(session, token) as s:
         r = s.get(f"{plain_upstream.base_url}/echo/{marker}")
         assert r.status_code == 407
         assert r.headers["Proxy-Authenticate"] == 'Basic realm="undoproxy"'
@@ -134,7 +125,7 @@ def test_token_mode_with_the_right_token_passes(
 ) -> None:
     created = token_proxy.api("POST", "/api/sessions", json={"id": "agent-7"}).json()
     assert created["proxy_url"].startswith(f"http://agent-7:{created['token']}@127.0.0.1:")
-    with client(token_proxy, "agent-7", created["token"]) as s:
+    with token_proxy.agent("agent-7", created["token"]) as s:
         assert s.get(f"{tls_upstream.base_url}/echo/ok").status_code == 200
 
 
@@ -142,7 +133,7 @@ def test_sse_arrives_event_by_event(
     proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
     gate = uuid.uuid4().hex
-    with client(proxy, session_id) as s:
+    with proxy.agent(session_id) as s:
         r = s.get(f"{tls_upstream.base_url}/sse?n=3&gate={gate}", stream=True, timeout=15)
         lines = r.iter_lines()
         # The upstream sends the rest only after we prove we got the first event: a buffering
@@ -158,7 +149,7 @@ def test_a_large_response_is_streamed_not_buffered(
     proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     size = 8 * 1024 * 1024
-    with client(proxy, session_id) as s:
+    with proxy.agent(session_id) as s:
         r = s.get(f"{plain_upstream.base_url}/big?size={size}", stream=True)
         total = sum(len(chunk) for chunk in r.iter_content(65536))
     assert total == size

@@ -18,15 +18,6 @@ T = TypeVar("T")
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent")
 
 
-def agent(proxy: Undoproxy, session: str | None) -> requests.Session:
-    """A requests session through undoproxy, trusting its CA only (pass `timeout=` per call)."""
-    s = requests.Session()
-    s.trust_env = False
-    s.proxies = proxy.proxies(session)
-    s.verify = proxy.ca_bundle
-    return s
-
-
 def in_thread(fn: Callable[[], T]) -> Future[T]:
     """Run a blocking call (an agent's held request) in the background."""
     return _POOL.submit(fn)

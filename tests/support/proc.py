@@ -112,6 +112,17 @@ class Undoproxy:
         url = self.proxy_url(session, token)
         return {"http": url, "https": url}
 
+    def agent(
+        self, session: str | None, token: str = "x", headers: dict[str, str] | None = None
+    ) -> requests.Session:
+        """An agent's requests session through this proxy, trusting its CA bundle only."""
+        s = requests.Session()
+        s.trust_env = False  # ignore NO_PROXY and friends from the machine
+        s.proxies = self.proxies(session, token)
+        s.verify = self.ca_bundle
+        s.headers.update(headers or {})
+        return s
+
     def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         """Call the admin API with the admin token."""
         headers = {"Authorization": f"Bearer {self.token}", **kwargs.pop("headers", {})}

@@ -15,9 +15,13 @@ import asyncio
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from tests.support.certs import server_context
+from tests.support.servers import ThreadedServer
 
 
 @dataclass
@@ -152,3 +156,8 @@ def create_app(state: RestState) -> web.Application:
     app.router.add_patch("/items/{id}", patch)
     app.router.add_delete("/items/{id}", delete)
     return app
+
+
+def serve(state: RestState, cert: tuple[Path, Path], port: int = 0) -> ThreadedServer:
+    """The REST API over `state`, on HTTPS with the test upstream certificate, started."""
+    return ThreadedServer(create_app(state), server_context(cert), port=port).start()
