@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from undoproxy.compensators.model import origin
 from undoproxy.errors import UndoproxyError
 
 KEY_ENV = "UNDOPROXY_CREDENTIALS_KEY"
@@ -61,3 +62,14 @@ class CredentialBox:
         except InvalidToken:
             return {}
         return {str(k): str(v) for k, v in value.items()}
+
+
+def credentials_for(
+    target_url: str, step_url: str, credentials: dict[str, str], *, forward: bool = False
+) -> dict[str, str]:
+    """The agent's credential headers to send to `target_url`: only to the scheme, host and
+    port the agent itself sent the step to (`step_url`), unless a rule says
+    `credentials: forward`. Snapshots, verification reads and compensations all ask here."""
+    if forward or origin(target_url) == origin(step_url):
+        return dict(credentials)
+    return {}

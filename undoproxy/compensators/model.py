@@ -47,6 +47,10 @@ class Snapshot:
     etag: str | None = None
     last_modified: str | None = None
     content_type: str | None = None
+    # The headers that are part of the resource (Content-Language, Cache-Control,
+    # x-amz-meta-*, ...): see `representation_headers`. A restore sends them back and a
+    # verification read compares them.
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def existed(self) -> bool:
@@ -61,6 +65,7 @@ class Snapshot:
             "etag": self.etag,
             "last_modified": self.last_modified,
             "content_type": self.content_type,
+            "headers": self.headers,
             "body_b64": base64.b64encode(self.body).decode(),
             "length": len(self.body),
         }
@@ -75,7 +80,35 @@ class Snapshot:
             etag=data.get("etag"),
             last_modified=data.get("last_modified"),
             content_type=data.get("content_type"),
+            headers=dict(data.get("headers") or {}),
         )
+
+
+# Headers that describe the representation itself rather than the exchange: a restore that
+# drops them (x-amz-meta-*, Cache-Control) has not restored the resource.
+REPRESENTATION_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-encoding",
+        "content-language",
+        "content-disposition",
+        "cache-control",
+        "expires",
+    }
+)
+META_PREFIXES = ("x-amz-meta-", "x-goog-meta-", "x-object-meta-", "x-ms-meta-")
+
+
+def representation_headers(
+    items: list[tuple[str, str]], extra: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """The headers of a response that are part of the resource (names lower-cased)."""
+    out: dict[str, str] = {}
+    for name, value in items:
+        low = name.lower()
+        if low in REPRESENTATION_HEADERS or low in extra or low.startswith(META_PREFIXES):
+            out[low] = value
+    return out
 
 
 @dataclass

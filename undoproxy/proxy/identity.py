@@ -15,10 +15,10 @@ import logging
 
 from mitmproxy import connection, http
 
+from undoproxy.methods import is_mutation
 from undoproxy.proxy import answers
 from undoproxy.proxy.state import KEY, FlowState
 from undoproxy.store.journal import Journal
-from undoproxy.store.records import MUTATING_METHODS
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-Undoproxy-Session"
@@ -101,7 +101,7 @@ class SessionIdentity:
         _strip(headers)
         if session_id not in self.journal.sessions:
             self.journal.ensure_session(session_id)
-        flow.metadata[KEY] = FlowState(session_id, flow.request.method in MUTATING_METHODS)
+        flow.metadata[KEY] = FlowState(session_id, is_mutation(flow.request.method))
 
     def client_disconnected(self, client: connection.Client) -> None:
         """Forget a closed tunnel."""

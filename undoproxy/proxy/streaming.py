@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mitmproxy import http
 
-from undoproxy.store.records import MUTATING_METHODS
+from undoproxy.methods import is_mutation
 
 STREAM_RESPONSE_OVER = 1024 * 1024  # bytes; bigger responses are not buffered
 
@@ -19,7 +19,7 @@ class Streaming:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """Buffer every mutation so our hooks decide before a byte is forwarded."""
-        if flow.request.method in MUTATING_METHODS:
+        if is_mutation(flow.request.method):
             flow.request.stream = False
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:

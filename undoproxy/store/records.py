@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SESSION_STATES = ("open", "committed", "rolling_back", "rolled_back", "rollback_incomplete")
 STEP_STATUSES = (
     "held",
