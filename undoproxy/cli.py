@@ -59,7 +59,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the proxy and the admin API/page in one process until Ctrl-C or SIGTERM."""
-    from undoproxy.proxy.embed import serve
+    from undoproxy.server import serve
 
     config = load_config(_config_path(args))
     logging.basicConfig(

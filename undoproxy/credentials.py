@@ -64,6 +64,28 @@ class CredentialBox:
         return {str(k): str(v) for k, v in value.items()}
 
 
+# Headers that make a request a signed one: the signature covers this request's method, path,
+# date and body, so it can be neither replayed on a GET nor on a compensation.
+_SIGNATURE_MARKS = (
+    ("authorization", "AWS4-HMAC-SHA256", "AWS Signature Version 4"),
+    ("authorization", "GOOG4-HMAC-SHA256", "Google Cloud Storage HMAC signature"),
+    ("authorization", "AWS ", "AWS Signature Version 2"),
+    ("x-amz-content-sha256", "", "AWS Signature Version 4"),
+    ("x-goog-date", "", "Google Cloud Storage HMAC signature"),
+    ("signature", "", "HTTP Message Signatures"),
+)
+
+
+def signature_scheme(headers: list[tuple[str, str]]) -> str | None:
+    """The name of the request-signing scheme a request uses, or None when it is not signed."""
+    for name, value in headers:
+        low = name.lower()
+        for mark, prefix, scheme in _SIGNATURE_MARKS:
+            if low == mark and value.startswith(prefix):
+                return scheme
+    return None
+
+
 def credentials_for(
     target_url: str, step_url: str, credentials: dict[str, str], *, forward: bool = False
 ) -> dict[str, str]:

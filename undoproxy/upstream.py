@@ -13,41 +13,20 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from undoproxy import redact
 from undoproxy.retry import RETRY_STATUSES, RetryPolicy
 
 log = logging.getLogger(__name__)
 
-# Never copied from an agent's request onto a request of ours.
-_DROP = frozenset(
-    {
-        "host",
-        "content-length",
-        "content-type",
-        "content-encoding",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "upgrade",
-        "expect",
-        "accept-encoding",
-        "if-match",
-        "if-none-match",
-        "if-modified-since",
-        "if-unmodified-since",
-        "if-range",
-        "x-undoproxy-session",
-    }
-)
+# What a read of ours may carry besides the agent's credentials: how the agent asks for a
+# representation, never what is specific to its one request (signatures, dates, content
+# hashes, conditional headers, idempotency keys).
+_READ_HEADERS = frozenset({"accept", "accept-language", "user-agent"})
 
 
-def read_headers(headers: Mapping[str, str] | list[tuple[str, str]]) -> dict[str, str]:
-    """The agent's headers fit for a GET of ours (its credentials and Accept included)."""
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    return {k: v for k, v in items if k.lower() not in _DROP}
+def snapshot_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
+    """The agent's headers that describe how it reads (credentials are added separately)."""
+    return {k: v for k, v in headers if k.lower() in _READ_HEADERS}
 
 
 @dataclass
@@ -114,7 +93,11 @@ class UpstreamClient:
                 return UpstreamResponse(resp.status, dict(resp.headers), data)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(
-                f"{method} {url}: {type(exc).__name__}: {exc}".rstrip(": ")
+                f"{method} {redact.url(url)}: {type(exc).__name__}: {exc}".rstrip(": ")
+            ) from None
+        except ValueError as exc:  # a header value with CR/LF, a URL aiohttp cannot send
+            raise UpstreamError(
+                f"{method} {redact.url(url)} cannot be sent: {type(exc).__name__}: {exc}"
             ) from None
 
     async def send_with_retries(

@@ -1,2 +1,3 @@
-"""mitmproxy addons (session identity, streaming, rule enforcement, journaling) and the embedding
-that runs them next to the admin app in one asyncio loop."""
+"""mitmproxy addons only (session identity, streaming, rule enforcement, holds, snapshots,
+journaling), run in order inside one fail-closed guard (`guard.py`). `undoproxy/server.py`
+assembles them with the store and the admin app."""

@@ -48,6 +48,20 @@ def denied(
     )
 
 
+def session_closed(session_id: str, state: str) -> http.Response:
+    """409: a mutation in a session that is committed or being (or was) rolled back."""
+    return json_response(
+        409,
+        {
+            "error": "undoproxy_session_closed",
+            "session": session_id,
+            "state": state,
+            "message": f"session {session_id!r} is {state}: it takes no new mutations; "
+            "start a new session",
+        },
+    )
+
+
 def journal_unavailable(detail: str) -> http.Response:
     """503: the mutation could not be written ahead, so it was not forwarded."""
     return json_response(
@@ -74,3 +88,20 @@ def snapshot_failed(step_id: str, url: str, detail: str) -> http.Response:
             "detail": detail,
         },
     )
+
+
+def internal_error(step_id: str, forwarded: bool, upstream_status: int | None) -> http.Response:
+    """502: undoproxy itself failed on this request (fail closed)."""
+    body: dict[str, Any] = {
+        "error": "undoproxy_internal_error",
+        "step": step_id,
+        "forwarded": forwarded,
+        "message": (
+            "undoproxy failed after the upstream answered; the request was sent"
+            if forwarded
+            else "the request was not forwarded because undoproxy failed while handling it"
+        ),
+    }
+    if upstream_status is not None:
+        body["upstream_status"] = upstream_status
+    return json_response(502, body)

@@ -15,6 +15,9 @@ from mitmproxy import http
 from undoproxy.proxy import answers
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.rules import RequestView, RuleSet
+from undoproxy.store.journal import Journal
+
+OPEN_STATES = frozenset({"open"})
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +43,15 @@ def request_view(flow: http.HTTPFlow) -> RequestView:
 class Gate:
     """Applies the rules to every request."""
 
-    def __init__(self, rules: RuleSet, default_mutations: str, holder: Holder | None) -> None:
+    def __init__(
+        self,
+        rules: RuleSet,
+        default_mutations: str,
+        holder: Holder | None,
+        journal: Journal | None = None,
+    ) -> None:
         self.rules = rules
+        self.journal = journal
         self.default_mutations = default_mutations
         self.holder = holder
 
@@ -49,6 +59,8 @@ class Gate:
         """Decide; deny or hold here, or let the flow go on to the journal."""
         state = state_of(flow)
         if state is None or flow.response is not None:
+            return
+        if self._refuse_if_closed(flow, state):
             return
         match = None
         if self.rules.rules:
@@ -86,3 +98,23 @@ class Gate:
                 )
                 return
             await self.holder.hold(flow, state, rule.timeout if rule else None)
+            if flow.response is None:  # approved: the session may have closed meanwhile
+                self._refuse_if_closed(flow, state)
+
+    def _refuse_if_closed(self, flow: http.HTTPFlow, state: FlowState) -> bool:
+        """Answer 409 to a mutation of a session that takes no more (True when it did)."""
+        session = self.journal.sessions.get(state.session_id) if self.journal else None
+        if not state.is_mutation or session is None or session.state in OPEN_STATES:
+            return False
+        # Committed, or being (or already) rolled back: a write now would land after the
+        # rollback's report, or inside a transaction that was closed.
+        state.answered = True
+        flow.response = answers.session_closed(session.id, session.state)
+        if state.step is not None and self.journal is not None:  # held, then approved
+            self.journal.update(
+                state.step,
+                status="denied",
+                response_status=409,
+                error=f"approved, but the session was {session.state} meanwhile: not forwarded",
+            )
+        return True

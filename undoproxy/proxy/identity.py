@@ -26,17 +26,27 @@ _STRIP = ("Proxy-Authorization", "Proxy-Connection", SESSION_HEADER)
 _MAX_ID = 128
 
 
+class Malformed(ValueError):
+    """A Proxy-Authorization header that is present but unreadable."""
+
+
 def parse_basic(value: str | None) -> tuple[str, str] | None:
-    """(user, password) from a `Basic` Proxy-Authorization value."""
-    if not value:
+    """(user, password) from a `Basic` Proxy-Authorization value; None when there is none.
+
+    Raises Malformed for anything else: another scheme, bad base64, not UTF-8, no colon.
+    """
+    if value is None:
         return None
-    scheme, _, encoded = value.partition(" ")
+    scheme, _, encoded = value.strip().partition(" ")
     if scheme.lower() != "basic":
-        return None
+        raise Malformed("proxy credentials must use the Basic scheme")
     try:
-        user, _, password = base64.b64decode(encoded.strip()).decode("utf-8").partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise Malformed("unreadable proxy credentials (Basic: base64 of UTF-8 id:token)") from None
+    user, colon, password = decoded.partition(":")
+    if not colon:
+        raise Malformed("proxy credentials must be SESSION:TOKEN")
     return user, password
 
 
@@ -52,8 +62,12 @@ class SessionIdentity:
         self.auth = auth
         self._tunnels: dict[str, str] = {}  # client connection id -> session id
 
-    def _check(self, creds: tuple[str, str] | None) -> tuple[str | None, str]:
+    def _check(self, header: str | None) -> tuple[str | None, str]:
         """(session id, "") when accepted, else (None, why)."""
+        try:
+            creds = parse_basic(header)
+        except Malformed as exc:
+            return None, str(exc)
         if creds is None:
             if self.auth == "token":
                 return None, "proxy credentials required: use http://SESSION:TOKEN@host:port"
@@ -63,16 +77,19 @@ class SessionIdentity:
             return None, "invalid session id in the proxy credentials"
         if self.auth == "token":
             session = self.journal.sessions.get(session_id)
-            if session is None or not hmac.compare_digest(session.token, token):
+            # Bytes: compare_digest refuses str with non-ASCII characters.
+            if session is None or not hmac.compare_digest(
+                session.token.encode(), token.encode("utf-8", "surrogatepass")
+            ):
                 return None, f"unknown session or wrong token for session {session_id!r}"
         return session_id, ""
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         """Remember the tunnel's session (or refuse the tunnel with 407)."""
-        creds = parse_basic(flow.request.headers.get("Proxy-Authorization"))
-        if creds is None and self.auth != "token":
+        header = flow.request.headers.get("Proxy-Authorization")
+        if header is None and self.auth != "token":
             return  # requests inside may still name a session by header
-        session_id, why = self._check(creds)
+        session_id, why = self._check(header)
         if session_id is None:
             flow.response = answers.proxy_auth_required(why)
             return
@@ -88,7 +105,7 @@ class SessionIdentity:
             plain = headers.get("Proxy-Authorization")
             named = headers.get(SESSION_HEADER, "").strip()
             if plain is not None or self.auth == "token":
-                session_id, why = self._check(parse_basic(plain))
+                session_id, why = self._check(plain)
                 if session_id is None:
                     flow.response = answers.proxy_auth_required(why)
                     flow.metadata[KEY] = FlowState("default", False, answered=True, journaled=False)

@@ -20,16 +20,23 @@ from mitmproxy import http
 
 from undoproxy import redact
 from undoproxy.compensators.build import complete, prepare
-from undoproxy.compensators.model import Facts, Plan, Snapshot, content_hash, parse_json
+from undoproxy.compensators.model import (
+    Facts,
+    Plan,
+    Snapshot,
+    content_hash,
+    parse_json,
+    representation_headers,
+)
 from undoproxy.compensators.plan import plan_for
-from undoproxy.credentials import CredentialBox
+from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme
 from undoproxy.proxy import answers
 from undoproxy.proxy.gate import request_view
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import new_step
 from undoproxy.retry import RetryPolicy
 from undoproxy.store.journal import Journal
-from undoproxy.upstream import UpstreamClient, UpstreamError, read_headers
+from undoproxy.upstream import UpstreamClient, UpstreamError, snapshot_headers
 
 log = logging.getLogger(__name__)
 SNAPSHOT_RETRY = RetryPolicy(attempts=3, base=0.1, cap=1.0, max_retry_after=5.0)
@@ -53,8 +60,16 @@ class Snapshots:
         self._background: set[asyncio.Task[None]] = set()
 
     async def take(self, url: str, flow: http.HTTPFlow) -> Snapshot:
-        """GET `url` as the agent would (its credentials), retrying where that is safe."""
-        headers = read_headers(list(flow.request.headers.items(multi=True)))
+        """GET `url` as the agent would, retrying where that is safe; raises SnapshotFailed.
+
+        The agent's credentials go only to the origin it sent the request to; request-specific
+        headers (signatures, dates, content hashes, conditions) are never copied.
+        """
+        items = list(flow.request.headers.items(multi=True))
+        headers = {
+            **snapshot_headers(items),
+            **credentials_for(url, flow.request.url, redact.credential_headers(items)),
+        }
         try:
             resp = await self.client.send_with_retries("GET", url, SNAPSHOT_RETRY, headers)
         except UpstreamError as exc:
@@ -72,11 +87,19 @@ class Snapshots:
             resp.header("ETag"),
             resp.header("Last-Modified"),
             resp.header("Content-Type"),
+            representation_headers(list(resp.headers.items())),
         )
 
     def _plan(self, flow: http.HTTPFlow, state: FlowState) -> Plan:
         view = state.view or request_view(flow)
         state.view = view
+        signed = signature_scheme(list(flow.request.headers.items(multi=True)))
+        if signed is not None:
+            return Plan(
+                "irreversible",
+                reason=f"the request is signed ({signed}): its signature cannot be replayed "
+                "to read the target before it or to send an inverse request after it",
+            )
         return plan_for(view, state.rule, state.captures, auto=self.auto)
 
     async def preview(self, flow: http.HTTPFlow, state: FlowState) -> dict[str, Any] | None:

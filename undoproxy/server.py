@@ -1,4 +1,6 @@
-"""Proxy and admin in one process: mitmproxy embedded as a library, in our own asyncio loop.
+"""The whole application in one process: store, proxy and admin in our own asyncio loop.
+
+mitmproxy is embedded as a library.
 
 Only the mitmproxy addons undoproxy needs are registered (core, proxyserver, next_layer,
 tlsconfig, disable_h2c, then ours): DumpMaster's ~35 defaults cost a third of the throughput,
@@ -33,6 +35,7 @@ from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.proxy.gate import Gate
+from undoproxy.proxy.guard import FailClosed
 from undoproxy.proxy.holds import Holds
 from undoproxy.proxy.identity import SessionIdentity
 from undoproxy.proxy.journaling import JournalAddon
@@ -57,6 +60,7 @@ class Running:
     proxy_address: tuple[str, int]
     admin_address: tuple[str, int]
     token_generated: bool
+    guard: FailClosed
     background: list[Any] = field(default_factory=list)
 
 
@@ -111,11 +115,12 @@ async def start(config: Config) -> Running:
     )
     # Order matters: each hook runs addon by addon, in this order. Snapshots must follow the
     # gate (nothing is snapshotted for a denied request) and precede the journal (whose
-    # write-ahead entry includes the snapshot and the prepared compensation).
+    # write-ahead entry includes the snapshot and the prepared compensation). mitmproxy sees
+    # only FailClosed, which runs them in this order and answers the agent if one raises.
     ours: list[Any] = [
         SessionIdentity(journal, config.proxy_auth),
         Streaming(),
-        Gate(config.rules, config.defaults_mutations, holder=holds),
+        Gate(config.rules, config.defaults_mutations, holder=holds, journal=journal),
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
         JournalAddon(journal),
@@ -126,7 +131,7 @@ async def start(config: Config) -> Running:
         next_layer.NextLayer(),
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
-        *ours,
+        guard := FailClosed(ours, journal),
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held
     # request never even opens a connection to its upstream.
@@ -187,6 +192,7 @@ async def start(config: Config) -> Running:
         proxy_address,
         admin_address,
         generated,
+        guard,
         background=[run_task],
     )
     return running

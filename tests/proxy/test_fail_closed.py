@@ -1,0 +1,245 @@
+"""Fail closed: an exception inside any undoproxy hook answers the agent and forwards nothing.
+
+undoproxy runs in this test's own event loop (server.start) so that a fault can be injected
+into each hook of each addon; the agent is `requests` through the real proxy over TLS, the
+upstream a real server that records what reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from tests.conftest import received
+from tests.support.servers import ThreadedServer
+from undoproxy import server
+from undoproxy.config import load_config
+from undoproxy.proxy.guard import BEFORE_FORWARDING, FLOW_HOOKS
+from undoproxy.store.records import Session
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _start(tmp_path: Path, extra: dict[str, Any] | None = None) -> server.Running:
+    doc = {
+        "proxy": {"listen": "127.0.0.1:0", "upstream_insecure": True},
+        "admin": {"listen": "127.0.0.1:0"},
+        "state_dir": str(tmp_path / "state"),
+        "store": {"path": str(tmp_path / "journal.db")},
+        **(extra or {}),
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return await server.start(load_config(path))
+
+
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[server.Running]:
+    app = await _start(tmp_path)
+    yield app
+    await server.stop(app)
+
+
+def _agent(app: server.Running, session: str) -> requests.Session:
+    s = requests.Session()
+    s.trust_env = False
+    port = app.proxy_address[1]
+    s.proxies = {p: f"http://{session}:x@127.0.0.1:{port}" for p in ("http", "https")}
+    s.verify = str(app.context.ca_bundle)
+    return s
+
+
+def _hooks() -> list[tuple[str, str]]:
+    """(addon class, hook) for every flow hook an undoproxy addon implements."""
+    from undoproxy.proxy import gate, holds, identity, journaling, snapshots, streaming
+
+    classes = [
+        identity.SessionIdentity,
+        streaming.Streaming,
+        gate.Gate,
+        holds.Holds,
+        snapshots.Snapshots,
+        journaling.JournalAddon,
+    ]
+    return [(c.__name__, h) for c in classes for h in FLOW_HOOKS if h != "error" and hasattr(c, h)]
+
+
+async def test_every_flow_hook_is_covered() -> None:
+    # The parametrized test below must not silently lose a hook when an addon gains one.
+    names = {f"{a}.{h}" for a, h in _hooks()}
+    assert {"SessionIdentity.http_connect", "Gate.request", "JournalAddon.request"} <= names
+    assert {"Snapshots.response", "Streaming.responseheaders", "JournalAddon.response"} <= names
+
+
+@pytest.mark.parametrize(("addon_name", "hook"), _hooks())
+async def test_an_exception_in_any_hook_forwards_nothing(
+    running: server.Running, tls_upstream: ThreadedServer, addon_name: str, hook: str
+) -> None:
+    addon = next(a for a in running.guard.chain if type(a).__name__ == addon_name)
+
+    def boom(*args: Any) -> None:
+        raise RuntimeError("injected fault")
+
+    setattr(addon, hook, boom)
+    session = f"fc-{uuid.uuid4().hex[:8]}"
+    marker = f"/fail-closed/{uuid.uuid4().hex}"
+    agent = _agent(running, session)
+    url = tls_upstream.base_url + marker
+
+    def put() -> requests.Response | Exception:
+        try:
+            return agent.put(url, json={"secret": "x"}, timeout=30)
+        except requests.RequestException as exc:
+            return exc
+
+    answer = await asyncio.to_thread(put)
+    puts = [r for r in received(tls_upstream) if r.method == "PUT" and r.path == marker]
+
+    if hook == "http_connect":
+        # The tunnel itself is refused: the client cannot even send its request.
+        assert isinstance(answer, requests.exceptions.ProxyError)
+        assert puts == []
+        return
+    assert isinstance(answer, requests.Response)
+    assert answer.status_code == 502
+    body = answer.json()
+    assert body["error"] == "undoproxy_internal_error"
+    assert body["step"]
+    await running.journal.writer.flush()
+    steps = await running.journal.steps(session)
+    if addon_name == "SessionIdentity":
+        # Which session the request belongs to is what failed: it is journaled in `default`.
+        step = await running.journal.step(body["step"])
+        assert step is not None and step.session_id == "default"
+        steps = [step]
+    assert [s.id for s in steps] == [body["step"]]
+    assert "internal error" in (steps[0].error or "")
+    if hook in BEFORE_FORWARDING:
+        assert body["forwarded"] is False
+        assert puts == []
+        assert steps[0].status == "failed"
+    else:
+        # The upstream did answer before the fault: the agent is told it was sent, and the
+        # step's outcome is left for rollback to decide by reading the target.
+        assert body["forwarded"] is True
+        assert len(puts) == 1
+        assert steps[0].status == "unknown"
+
+
+async def test_proxy_authorization_never_reaches_the_upstream_on_a_fault(
+    running: server.Running, plain_upstream: ThreadedServer
+) -> None:
+    # Plain HTTP carries Proxy-Authorization on every request: a fault in identity must not
+    # let the flow (and the header) through.
+    identity = next(a for a in running.guard.chain if type(a).__name__ == "SessionIdentity")
+
+    def boom(*args: Any) -> None:
+        raise RuntimeError("injected fault")
+
+    identity.requestheaders = boom
+    marker = f"/plain/{uuid.uuid4().hex}"
+    host = f"127.0.0.1:{plain_upstream.port}"
+    raw = await asyncio.to_thread(
+        _raw_request,
+        running.proxy_address[1],
+        f"GET http://{host}{marker} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+        f"Proxy-Authorization: Basic {base64.b64encode(b's:t').decode()}\r\n\r\n",
+    )
+    assert raw.startswith("HTTP/1.1 502"), raw
+    assert "undoproxy_internal_error" in raw
+    assert [r for r in received(plain_upstream) if r.path == marker] == []
+
+
+def _raw_request(port: int, text: str) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(text.encode("latin-1"))
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+            if b"\r\n\r\n" in b"".join(chunks) and text.startswith("CONNECT"):
+                break  # a refused tunnel: the status line and headers are all there is
+    return b"".join(chunks).decode("latin-1")
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        "Basic " + base64.b64encode("s:pässwörd".encode()).decode(),  # non-ASCII token
+        "Basic !!!not-base64!!!",
+        "Basic " + base64.b64encode(b"\xff\xfe:x").decode(),  # not UTF-8
+        "Basic " + base64.b64encode(b"no-colon").decode(),
+        "Bearer abc",
+    ],
+)
+async def test_malformed_proxy_credentials_answer_407_in_token_mode(
+    tmp_path: Path, tls_upstream: ThreadedServer, credentials: str
+) -> None:
+    app = await _start(
+        tmp_path, {"proxy": {"listen": "127.0.0.1:0", "auth": "token", "upstream_insecure": True}}
+    )
+    try:
+        app.journal.add_session(Session(id="s", token="right-token"))
+        marker = f"/token/{uuid.uuid4().hex}"
+        host = f"127.0.0.1:{tls_upstream.port}"
+        raw = await asyncio.to_thread(
+            _raw_request,
+            app.proxy_address[1],
+            f"CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n"
+            f"Proxy-Authorization: {credentials}\r\n\r\n",
+        )
+        assert raw.startswith("HTTP/1.1 407"), raw
+        assert "Proxy-Authenticate" in raw
+        assert app.guard.failures == 0  # refused by the identity check, not by the guard
+        assert not [r for r in received(tls_upstream) if r.path == marker]
+    finally:
+        await server.stop(app)
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    ["Basic !!!not-base64!!!", "Bearer abc", "Basic " + base64.b64encode(b"no-colon").decode()],
+)
+async def test_malformed_proxy_credentials_answer_407_in_open_mode(
+    running: server.Running, tls_upstream: ThreadedServer, credentials: str
+) -> None:
+    host = f"127.0.0.1:{tls_upstream.port}"
+    raw = await asyncio.to_thread(
+        _raw_request,
+        running.proxy_address[1],
+        f"CONNECT {host} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {credentials}\r\n\r\n",
+    )
+    assert raw.startswith("HTTP/1.1 407"), raw
+
+
+async def test_a_snapshot_url_that_cannot_be_parsed_blocks_the_write(
+    tmp_path: Path, tls_upstream: ThreadedServer
+) -> None:
+    rules = [
+        {
+            "name": "restore-target",
+            "match": {"method": "PUT", "path": "/targets/**"},
+            "snapshot": {"url": "${request.body.target}"},
+            "compensate": "restore",
+        }
+    ]
+    app = await _start(tmp_path, {"rules": rules})
+    try:
+        agent = _agent(app, "snap")
+        marker = f"/targets/{uuid.uuid4().hex}"
+        answer = await asyncio.to_thread(
+            agent.put, tls_upstream.base_url + marker, json={"target": "http://[::1/x"}, timeout=30
+        )
+        assert answer.status_code == 502
+        assert answer.json()["error"].startswith("undoproxy_")
+        assert not [r for r in received(tls_upstream) if r.path == marker]
+    finally:
+        await server.stop(app)

@@ -1,0 +1,207 @@
+"""Fail closed: undoproxy's addons run in one order, every hook inside one guard.
+
+mitmproxy catches an exception raised by an addon, logs "Addon error" and carries on: the flow
+is forwarded with whatever the failed addon had not yet decided (no session, no rule, no
+snapshot, no journal entry). A proxy whose job is to stop things must not do that. `FailClosed`
+is the only addon of ours that mitmproxy sees; it calls ours in their fixed order and, when
+one raises on a flow, answers the agent itself and stops the chain for that hook:
+
+    http_connect, requestheaders, request   502 undoproxy_internal_error; nothing forwarded
+    responseheaders, response               502 undoproxy_internal_error in place of the
+                                            upstream's answer (which did happen: the body says
+                                            `"forwarded": true` and the upstream's status)
+    error                                   logged; the flow has already failed
+
+The failure is logged with its traceback and journaled on the flow's step (a new `failed`
+step when there was none yet; `unknown` when the request had been forwarded, so that rollback
+decides it by reading the target). Hooks that are not about one flow (`running`, `done`,
+`client_disconnected`) log the error and go on to the next addon.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from mitmproxy import connection, http
+
+from undoproxy import redact
+from undoproxy.methods import is_mutation
+from undoproxy.proxy import answers
+from undoproxy.proxy.state import KEY, FlowState, state_of
+from undoproxy.proxy.steps import new_step
+from undoproxy.store.journal import Journal
+
+log = logging.getLogger(__name__)
+
+# The hooks undoproxy's addons may implement; FailClosed answers every one of them.
+BEFORE_FORWARDING = ("http_connect", "requestheaders", "request")
+AFTER_FORWARDING = ("responseheaders", "response")
+FLOW_HOOKS = (*BEFORE_FORWARDING, *AFTER_FORWARDING, "error")
+OTHER_HOOKS = ("running", "done", "client_disconnected")
+
+
+class FailClosed:
+    """Runs `chain` (our addons, in order) for every hook; any exception answers the agent."""
+
+    name = "undoproxy"
+
+    def __init__(self, chain: Sequence[Any], journal: Journal) -> None:
+        unknown = {
+            f"{type(a).__name__}.{h}"
+            for a in chain
+            for h in dir(a)
+            if not h.startswith("_") and h in _MITMPROXY_HOOKS and h not in HOOKS
+        }
+        if unknown:  # a hook FailClosed does not forward would silently never run
+            raise TypeError(f"hooks not handled by FailClosed: {', '.join(sorted(unknown))}")
+        self.chain = list(chain)
+        self.journal = journal
+        self.failures = 0
+
+    # --- flow hooks -----------------------------------------------------------------------
+
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        """CONNECT of a tunnel (identity is read here)."""
+        await self._flow_hook("http_connect", flow)
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """Request headers read, body not yet."""
+        await self._flow_hook("requestheaders", flow)
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        """Whole request read; nothing forwarded yet."""
+        await self._flow_hook("request", flow)
+
+    async def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """Upstream answered; body not yet read."""
+        await self._flow_hook("responseheaders", flow)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        """Upstream's whole response read."""
+        await self._flow_hook("response", flow)
+
+    async def error(self, flow: http.HTTPFlow) -> None:
+        """The flow failed (upstream unreachable, connection broken)."""
+        await self._flow_hook("error", flow)
+
+    # --- other hooks ----------------------------------------------------------------------
+
+    async def running(self) -> None:
+        """The proxy is up."""
+        await self._each("running")
+
+    async def done(self) -> None:
+        """The proxy is shutting down."""
+        await self._each("done")
+
+    async def client_disconnected(self, client: connection.Client) -> None:
+        """An agent connection closed."""
+        await self._each("client_disconnected", client)
+
+    # --- the guard ------------------------------------------------------------------------
+
+    async def _flow_hook(self, hook: str, flow: http.HTTPFlow) -> None:
+        failed = flow.metadata.get(_FAILED)
+        if failed is not None:  # an earlier hook of this flow failed: keep its answer
+            if hook == "response":
+                flow.response = failed
+            return
+        for addon in self.chain:
+            func = getattr(addon, hook, None)
+            if func is None:
+                continue
+            try:
+                result = func(flow)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                self._failed(hook, addon, flow, exc)
+                return
+
+    async def _each(self, hook: str, *args: Any) -> None:
+        for addon in self.chain:
+            func = getattr(addon, hook, None)
+            if func is None:
+                continue
+            try:
+                result = func(*args)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("undoproxy addon %s failed in %s", type(addon).__name__, hook)
+
+    def _failed(self, hook: str, addon: Any, flow: http.HTTPFlow, exc: Exception) -> None:
+        self.failures += 1
+        where = f"{type(addon).__name__}.{hook}"
+        log.error(
+            "internal error in %s on %s %s: %s",
+            where,
+            flow.request.method,
+            redact.url(flow.request.pretty_url),
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        if hook == "error":
+            return
+        forwarded = hook in AFTER_FORWARDING
+        upstream_status = flow.response.status_code if forwarded and flow.response else None
+        step_id = self._journal(flow, where, exc, forwarded)
+        answer = answers.internal_error(step_id, forwarded, upstream_status)
+        if hook == "responseheaders":
+            # mitmproxy still reads the upstream's body into the response after this hook:
+            # buffer it, and put our answer in its place once it is complete.
+            assert flow.response is not None
+            flow.response.stream = False
+            flow.metadata[_FAILED] = answer
+        else:
+            flow.response = answer
+
+    def _journal(self, flow: http.HTTPFlow, where: str, exc: Exception, forwarded: bool) -> str:
+        """Record the failure on the flow's step (or a new one); never raises."""
+        error = f"undoproxy internal error in {where}: {type(exc).__name__}"
+        try:
+            state = state_of(flow)
+            if state is None:  # identity itself failed: the request is filed under default
+                state = FlowState("default", is_mutation(flow.request.method))
+                flow.metadata[KEY] = state
+                self.journal.ensure_session("default")
+            state.answered = True
+            if state.step is not None:
+                status = "unknown" if forwarded and state.is_mutation else "failed"
+                self.journal.update(state.step, status=status, error=error)
+                return state.step.id
+            step = new_step(flow, state, self.journal, "failed")
+            step.error = error
+            self.journal.record(step)
+            return step.id
+        except Exception:
+            log.exception("could not journal the internal error in %s", where)
+            return ""
+
+
+_FAILED = "undoproxy_failed"  # flow.metadata: the answer of a hook that failed earlier
+
+# Hook names mitmproxy would call on an addon (a subset we check our addons against).
+_MITMPROXY_HOOKS = frozenset(
+    {
+        *FLOW_HOOKS,
+        *OTHER_HOOKS,
+        "load",
+        "configure",
+        "client_connected",
+        "server_connect",
+        "server_connected",
+        "server_disconnected",
+        "tls_clienthello",
+        "tls_start_client",
+        "tls_start_server",
+        "websocket_start",
+        "websocket_message",
+        "websocket_end",
+        "update",
+    }
+)
+HOOKS = frozenset({*FLOW_HOOKS, *OTHER_HOOKS})
