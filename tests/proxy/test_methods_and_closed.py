@@ -1,0 +1,207 @@
+"""Which requests are mutations, and where they may not go: real proxy, real upstream.
+
+Every method but GET/HEAD/OPTIONS/PROPFIND/REPORT/SEARCH is a mutation (WebDAV's MKCOL, MOVE,
+LOCK, ... and methods undoproxy has never heard of); a closed session takes no mutations;
+a signed request is irreversible rather than blocked by a snapshot it cannot sign; the
+agent's credentials go only to the origin it sent its request to.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import received
+from tests.proxy.test_traffic import steps
+from tests.support.holding import decide, in_thread, wait_pending
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+
+WRITES = ["MKCOL", "MOVE", "COPY", "PROPPATCH", "LOCK", "UNLOCK", "PURGE", "MKCALENDAR", "FROB"]
+READS = ["GET", "HEAD", "OPTIONS", "PROPFIND", "REPORT", "SEARCH"]
+
+
+@pytest.fixture(scope="module")
+def denying(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
+    instance = Undoproxy(
+        tmp_path_factory.mktemp("deny"), {"defaults": {"mutations": "deny"}}
+    ).start()
+    yield instance
+    instance.stop()
+
+
+@pytest.mark.parametrize("method", WRITES)
+def test_defaults_deny_refuses_every_method_that_is_not_a_read(
+    denying: Undoproxy, tls_upstream: ThreadedServer, session_id: str, method: str
+) -> None:
+    marker = f"/dav/{uuid.uuid4().hex}/"
+    with denying.agent(session_id) as agent:
+        r = agent.request(method, tls_upstream.base_url + marker, timeout=30)
+    assert r.status_code == 403
+    assert r.json()["error"] == "undoproxy_blocked"
+    assert [x for x in received(tls_upstream) if x.path == marker] == []
+    [step] = steps(denying, session_id)
+    assert step["method"] == method and step["status"] == "denied"
+
+
+@pytest.mark.parametrize("method", READS)
+def test_reads_pass_under_defaults_deny(
+    denying: Undoproxy, tls_upstream: ThreadedServer, session_id: str, method: str
+) -> None:
+    marker = f"/dav/{uuid.uuid4().hex}"
+    with denying.agent(session_id) as agent:
+        r = agent.request(method, tls_upstream.base_url + marker, timeout=30)
+    assert r.status_code == 200
+    assert [x.method for x in received(tls_upstream) if x.path == marker] == [method]
+
+
+def test_defaults_hold_holds_a_move_until_a_person_decides(
+    tmp_path_factory: pytest.TempPathFactory, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    holding = Undoproxy(tmp_path_factory.mktemp("hold"), {"defaults": {"mutations": "hold"}})
+    holding.start()
+    try:
+        marker = f"/dav/{uuid.uuid4().hex}"
+        agent = holding.agent(session_id)
+        waiting = in_thread(
+            lambda: agent.request(
+                "MOVE", tls_upstream.base_url + marker, headers={"Destination": "/x"}, timeout=60
+            )
+        )
+        approval = wait_pending(holding, session_id)
+        # Held: the upstream has seen nothing while the request waits for a person.
+        assert [x for x in received(tls_upstream) if x.path == marker] == []
+        assert decide(holding, approval["id"], "deny", reason="no").status_code == 200
+        answer = waiting.result(30)
+        assert answer.status_code == 403
+        assert answer.headers["X-Undoproxy-Decision"] == "denied"
+        assert [x for x in received(tls_upstream) if x.path == marker] == []
+    finally:
+        holding.stop()
+
+
+def test_an_unknown_method_is_journaled_as_an_irreversible_mutation(
+    proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    marker = f"/dav/{uuid.uuid4().hex}"
+    with proxy.agent(session_id) as agent:
+        assert agent.request("MKCOL", tls_upstream.base_url + marker).status_code == 200
+    [step] = steps(proxy, session_id)
+    assert step["status"] == "succeeded"
+    report = proxy.api("POST", f"/api/sessions/{session_id}/rollback").json()
+    # Nothing can undo it: the session must not claim it was rolled back.
+    assert report["state"] == "rollback_incomplete"
+    [result] = report["steps"]
+    assert result["status"] == "irreversible"
+    assert "MKCOL" in result["detail"]
+
+
+def test_a_rolled_back_session_takes_no_more_mutations(
+    proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    marker = f"/closed/{uuid.uuid4().hex}"
+    with proxy.agent(session_id) as agent:
+        assert agent.get(tls_upstream.base_url + marker).status_code == 200
+        report = proxy.api("POST", f"/api/sessions/{session_id}/rollback").json()
+        assert report["state"] == "rolled_back"
+        refused = agent.put(tls_upstream.base_url + marker, json={"late": True})
+        read = agent.get(tls_upstream.base_url + marker)
+    assert refused.status_code == 409
+    assert refused.json()["error"] == "undoproxy_session_closed"
+    assert refused.json()["state"] == "rolled_back"
+    assert read.status_code == 200  # reads still pass
+    assert [x.method for x in received(tls_upstream) if x.path == marker] == ["GET", "GET"]
+
+
+def test_a_committed_session_takes_no_more_mutations(
+    proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    marker = f"/closed/{uuid.uuid4().hex}"
+    with proxy.agent(session_id) as agent:
+        assert agent.get(tls_upstream.base_url + marker).status_code == 200
+        assert proxy.api("POST", f"/api/sessions/{session_id}/commit").status_code == 200
+        refused = agent.delete(tls_upstream.base_url + marker)
+    assert refused.status_code == 409
+    assert refused.json()["error"] == "undoproxy_session_closed"
+    assert [x.method for x in received(tls_upstream) if x.path == marker] == ["GET"]
+
+
+def test_a_signed_request_is_forwarded_as_irreversible_without_a_snapshot(
+    proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    marker = f"/bucket/{uuid.uuid4().hex}"
+    signed = {
+        "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261123/us-east-1/s3/"
+        "aws4_request, SignedHeaders=host;x-amz-date, Signature=abc123",
+        "X-Amz-Date": "20261123T120000Z",
+        "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD",
+    }
+    with proxy.agent(session_id, headers=signed) as agent:
+        r = agent.put(tls_upstream.base_url + marker, data=b"object bytes")
+    assert r.status_code == 200
+    # No snapshot GET replayed the PUT's signature: only the PUT itself arrived.
+    assert [x.method for x in received(tls_upstream) if x.path == marker] == ["PUT"]
+    report = proxy.api("POST", f"/api/sessions/{session_id}/rollback").json()
+    [result] = report["steps"]
+    assert result["status"] == "irreversible"
+    assert "AWS Signature Version 4" in result["detail"]
+    assert report["state"] == "rollback_incomplete"
+
+
+def test_a_snapshot_on_another_origin_gets_no_credentials(
+    tmp_path_factory: pytest.TempPathFactory,
+    tls_upstream: ThreadedServer,
+    plain_upstream: ThreadedServer,
+    session_id: str,
+) -> None:
+    rules = [
+        {
+            "name": "snapshot-elsewhere",
+            "match": {"method": "PUT", "path": "/pinned/**"},
+            "snapshot": {"url": "${request.body.target}"},
+            "compensate": "restore",
+        }
+    ]
+    instance = Undoproxy(tmp_path_factory.mktemp("pin"), {"rules": rules}).start()
+    try:
+        marker = uuid.uuid4().hex
+        elsewhere = f"{plain_upstream.base_url}/steal/{marker}"
+        with instance.agent(session_id, headers={"Authorization": "Bearer agent-secret"}) as a:
+            r = a.put(f"{tls_upstream.base_url}/pinned/{marker}", json={"target": elsewhere})
+        assert r.status_code == 200
+        [stolen] = [x for x in received(plain_upstream) if x.path == f"/steal/{marker}"]
+        assert "Authorization" not in stolen.headers
+        assert "agent-secret" not in repr(stolen.headers)
+        # The agent's own origin did get its credentials with the PUT.
+        [put] = [x for x in received(tls_upstream) if x.path == f"/pinned/{marker}"]
+        assert put.headers["Authorization"] == "Bearer agent-secret"
+    finally:
+        instance.stop()
+
+
+def test_the_snapshot_get_carries_credentials_but_not_request_specific_headers(
+    tmp_path_factory: pytest.TempPathFactory, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    marker = f"/things/{uuid.uuid4().hex}"
+    headers = {
+        "Authorization": "Bearer agent-secret",
+        "If-Match": '"v1"',
+        "Idempotency-Key": "k-1",
+        "Digest": "sha-256=abc",
+        "Accept": "application/json",
+    }
+    proxy = Undoproxy(tmp_path_factory.mktemp("snaphdr")).start()
+    try:
+        with proxy.agent(session_id, headers=headers) as agent:
+            assert agent.put(tls_upstream.base_url + marker, json={"a": 1}).status_code == 200
+        get, put = [x for x in received(tls_upstream) if x.path == marker]
+        assert (get.method, put.method) == ("GET", "PUT")
+        assert get.headers["Authorization"] == "Bearer agent-secret"
+        assert get.headers["Accept"] == "application/json"
+        for name in ("If-Match", "Idempotency-Key", "Digest"):
+            assert name not in get.headers
+            assert name in put.headers
+    finally:
+        proxy.stop()
