@@ -63,6 +63,20 @@ def _optional_str(value: Any) -> str | None:
     return str(value)
 
 
+MIN_ADMIN_TOKEN = 16
+
+
+def _admin_token(value: Any) -> str | None:
+    token = _optional_str(value)
+    if token is not None and len(token.strip()) < MIN_ADMIN_TOKEN:
+        # A short token can be guessed by anything that reaches the admin port.
+        raise ValueError(
+            f"must be at least {MIN_ADMIN_TOKEN} characters (got {len(token.strip())}); "
+            "leave it unset to have one generated"
+        )
+    return token
+
+
 def _path(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a path, got {value!r}")
@@ -109,8 +123,8 @@ SETTINGS: tuple[Setting, ...] = (
         "admin.token",
         None,
         "bearer token for the admin API; unset: generated once, kept "
-        "in the state dir (mode 0600) and printed",
-        _optional_str,
+        "in the state dir (mode 0600) and printed; at least 16 characters",
+        _admin_token,
     ),
     Setting(
         "state_dir",

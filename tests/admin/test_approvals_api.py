@@ -1,9 +1,9 @@
-"""The approvals API, the event stream, and the page's cookie + CSRF sign-in, over real HTTP."""
+"""The approvals API, the event stream, the page's sign-in (a page key sent as a bearer token,
+never a cookie) and the same-origin rule for changes, over real HTTP."""
 
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -33,14 +33,20 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
     instance.stop()
 
 
-def sign_in(up: Undoproxy, name: str = "Grace") -> tuple[requests.Session, str]:
-    """A browser-like session signed in to the page, and the page's CSRF token."""
-    browser = requests.Session()
-    r = browser.post(f"{up.admin_url}/signin", data={"token": up.token, "name": name}, timeout=10)
-    assert r.status_code == 200 and r.url == f"{up.admin_url}/", r.text  # 303 to the queue
-    found = re.search(r'name="csrf-token" content="([^"]+)"', r.text)
-    assert found, r.text
-    return browser, found.group(1)
+def sign_in(up: Undoproxy, name: str = "Grace") -> str:
+    """Sign in as the page does; the page key it sends as its bearer token from then on."""
+    r = requests.post(
+        f"{up.admin_url}/api/signin",
+        json={"name": name},
+        headers={"Authorization": f"Bearer {up.token}", "Origin": up.admin_url},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["key"])
+
+
+def as_page(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 def hold(up: Undoproxy, upstream: ThreadedServer, session: str, **kwargs: Any) -> Any:
@@ -140,53 +146,119 @@ def test_events_stream_reports_held_requests(
     held.result(15)
 
 
-def test_page_sign_in_sets_a_strict_httponly_cookie_that_is_not_the_token(up: Undoproxy) -> None:
+def test_page_sign_in_gives_a_page_key_and_sets_no_cookie(up: Undoproxy) -> None:
     r = requests.post(
-        f"{up.admin_url}/signin",
-        data={"token": up.token, "name": "Grace"},
-        allow_redirects=False,
+        f"{up.admin_url}/api/signin",
+        json={"name": "Grace"},
+        headers={"Authorization": f"Bearer {up.token}"},
         timeout=10,
     )
-    assert r.status_code == 303 and r.headers["Location"] == "/"
-    cookie = r.headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
-    assert up.token not in cookie
+    assert r.status_code == 201 and "Set-Cookie" not in r.headers
+    key = r.json()["key"]
+    assert r.json()["name"] == "Grace" and key.startswith("page_") and up.token not in key
 
-    wrong = requests.post(
-        f"{up.admin_url}/signin", data={"token": "nope", "name": "Grace"}, timeout=10
-    )
-    assert wrong.status_code == 401 and "Set-Cookie" not in wrong.headers
-    assert "not the admin token" in wrong.text
-    cross = requests.post(
-        f"{up.admin_url}/signin",
-        data={"token": up.token, "name": "Eve"},
-        headers={"Origin": "https://evil.example"},
-        timeout=10,
-    )
-    assert cross.status_code == 403 and "Set-Cookie" not in cross.headers
+    cases: list[tuple[dict[str, str], dict[str, Any], int]] = [
+        ({"Authorization": "Bearer nope"}, {"name": "Grace"}, 401),
+        (as_page(key), {"name": "Eve"}, 401),  # a page key cannot mint another
+        ({"Authorization": f"Bearer {up.token}"}, {"name": ""}, 400),
+        ({"Authorization": f"Bearer {up.token}"}, {"name": "x" * 65}, 400),
+        ({"Authorization": f"Bearer {up.token}"}, {"name": "Grace", "admin": True}, 400),
+        (
+            {"Authorization": f"Bearer {up.token}", "Origin": "http://127.0.0.1:1"},
+            {"name": "Eve"},
+            403,
+        ),
+    ]
+    for headers, body, status in cases:
+        refused = requests.post(
+            f"{up.admin_url}/api/signin", json=body, headers=headers, timeout=10
+        )
+        assert refused.status_code == status, (headers, body, refused.text)
+        assert "Set-Cookie" not in refused.headers and "key" not in refused.json()
 
 
-def test_page_cookie_posts_need_the_csrf_token(
+def test_a_page_key_decides_under_the_signed_in_name_until_signed_out(
     up: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
-    browser, csrf = sign_in(up, "Grace")
-    assert browser.get(f"{up.admin_url}/api/approvals", timeout=10).status_code == 200  # GET: ok
+    key = sign_in(up, "Grace")
+    assert requests.get(f"{up.admin_url}/api/approvals", headers=as_page(key), timeout=10).ok
     held, approval = hold(up, plain_upstream, session_id)
     path = f"{up.admin_url}/api/approvals/{approval['id']}/approve"
-
-    for headers in ({}, {"X-CSRF-Token": "forged"}):
-        refused = browser.post(path, json={}, headers=headers, timeout=10)
-        assert refused.status_code == 403 and refused.json()["error"] == "csrf_failed"
-    assert up.api("GET", f"/api/approvals/{approval['id']}").json()["state"] == "pending"
-
-    ok = browser.post(path, json={"by": "someone else"}, headers={"X-CSRF-Token": csrf}, timeout=10)
+    ok = requests.post(
+        path,
+        json={"by": "someone else"},
+        headers={**as_page(key), "Origin": up.admin_url, "Sec-Fetch-Site": "same-origin"},
+        timeout=10,
+    )
     assert ok.status_code == 200, ok.text
     assert ok.json()["decided_by"] == "Grace"  # the signed-in name, not the body's
     assert held.result(15).status_code == 200
 
-    signed_out = browser.post(f"{up.admin_url}/signout", data={"csrf": csrf}, timeout=10)
-    assert signed_out.status_code == 200 and 'action="/signin"' in signed_out.text
-    assert browser.get(f"{up.admin_url}/api/approvals", timeout=10).status_code == 401
+    out = requests.post(f"{up.admin_url}/api/signout", headers=as_page(key), timeout=10)
+    assert out.status_code == 200
+    gone = requests.get(f"{up.admin_url}/api/approvals", headers=as_page(key), timeout=10)
+    assert gone.status_code == 401
+    assert up.api("GET", "/api/approvals").status_code == 200  # the admin token still works
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "http://127.0.0.1:1"},  # a dev server on another port of this host
+        {"Origin": "http://localhost:{port}"},  # the same port under another name
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "same-site"},  # what another port gets: sites ignore ports
+        {"Sec-Fetch-Site": "cross-site"},
+        # DNS rebinding: the attacker's name now resolves to 127.0.0.1, Origin matches Host
+        {"Origin": "http://rebound.example:{port}", "Host": "rebound.example:{port}"},
+    ],
+)
+def test_changes_from_another_origin_are_refused_whatever_the_token(
+    up: Undoproxy, plain_upstream: ThreadedServer, session_id: str, headers: dict[str, str]
+) -> None:
+    held, approval = hold(up, plain_upstream, session_id)
+    port = str(up.admin_port)
+    sent = {k: v.replace("{port}", port) for k, v in headers.items()}
+    for token in (up.token, sign_in(up)):
+        r = requests.post(
+            f"{up.admin_url}/api/approvals/{approval['id']}/approve",
+            json={},
+            headers={"Authorization": f"Bearer {token}", **sent},
+            timeout=10,
+        )
+        assert r.status_code == 403, r.text
+        assert r.json()["error"] == "cross_origin"
+    assert up.api("GET", f"/api/approvals/{approval['id']}").json()["state"] == "pending"
+    same = {"Origin": up.admin_url, "Sec-Fetch-Site": "same-origin"}
+    denied = up.api("POST", f"/api/approvals/{approval['id']}/deny", json={}, headers=same)
+    assert denied.status_code == 200, denied.text
+    assert held.result(15).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/approvals/{id}/deny", '{"reason": "ok", "reason": "sneaky"}'),
+        ("/api/approvals/{id}/deny", '{"reason": {"a": 1, "a": 2}}'),
+        ("/api/sessions", '{"id": "dup-a", "id": "dup-b"}'),
+    ],
+)
+def test_a_body_with_a_repeated_key_is_refused(
+    up: Undoproxy, plain_upstream: ThreadedServer, session_id: str, path: str, body: str
+) -> None:
+    held, approval = hold(up, plain_upstream, session_id)
+    r = up.api(
+        "POST",
+        path.replace("{id}", approval["id"]),
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert r.status_code == 400 and r.json()["error"] == "bad_request"
+    assert "repeats the key" in r.json()["message"]
+    assert up.api("GET", f"/api/approvals/{approval['id']}").json()["state"] == "pending"
+    assert "dup-a" not in up.api("GET", "/api/sessions").text
+    assert decide(up, approval["id"], "deny").status_code == 200
+    held.result(15)
 
 
 def test_the_page_escapes_what_agents_control(
@@ -195,9 +267,9 @@ def test_the_page_escapes_what_agents_control(
     script = '<script>alert("x")</script>'
     up.api("POST", "/api/sessions", json={"id": session_id, "intent": script})
     held, approval = hold(up, plain_upstream, session_id)
-    browser, _ = sign_in(up)
+    key = sign_in(up)
     for path in ("/", f"/sessions/{session_id}", "/sessions"):
-        page = browser.get(up.admin_url + path, timeout=10)
+        page = requests.get(f"{up.admin_url}{path}?partial=1", headers=as_page(key), timeout=10)
         assert page.status_code == 200
         assert script not in page.text and "&lt;script&gt;alert(&quot;x&quot;)" in page.text
         assert "script-src 'self'" in page.headers["Content-Security-Policy"]
@@ -205,11 +277,20 @@ def test_the_page_escapes_what_agents_control(
     held.result(15)
 
 
-def test_page_views_without_a_cookie(up: Undoproxy) -> None:
-    home = requests.get(up.admin_url + "/", timeout=10)
-    assert home.status_code == 200 and 'action="/signin"' in home.text
-    away = requests.get(up.admin_url + "/sessions", allow_redirects=False, timeout=10)
-    assert away.status_code == 303 and away.headers["Location"] == "/"
-    partial = requests.get(up.admin_url + "/?partial=1", timeout=10)
-    assert partial.status_code == 401 and partial.json()["error"] == "unauthorized"
+def test_the_page_shell_holds_nothing_secret_and_views_need_the_page_key(up: Undoproxy) -> None:
+    key = sign_in(up)
+    for path in ("/", "/sessions", "/sessions/anything"):
+        shell = requests.get(up.admin_url + path, headers=as_page(key), timeout=10)
+        assert shell.status_code == 200 and 'id="signin"' in shell.text
+        assert "Set-Cookie" not in shell.headers
+        assert up.token not in shell.text and key not in shell.text
+        assert "csrf" not in shell.text.lower()
+        assert shell.headers["Cross-Origin-Resource-Policy"] == "same-origin"
+        partial = requests.get(up.admin_url + path + "?partial=1", timeout=10)
+        assert partial.status_code == 401 and partial.json()["error"] == "unauthorized"
+        # the page key goes in a header only: a cookie carrying it counts for nothing
+        cookie = requests.get(
+            up.admin_url + path + "?partial=1", cookies={"undoproxy_page": key}, timeout=10
+        )
+        assert cookie.status_code == 401
     assert requests.get(up.admin_url + "/static/admin.js", timeout=10).status_code == 200

@@ -41,7 +41,13 @@ def test_templates_escape_every_value() -> None:
             "body_length": 10,
             "content_type": EVIL,
             "diff": {"url": EVIL, "status": 200, "lines": [["+", EVIL]], "merge_patch": False},
+            "headers": [
+                {"name": EVIL, "value": EVIL, "secret": False, "override": True},
+                {"name": EVIL, "value": EVIL, "secret": True, "override": False},
+            ],
+            "method_overrides": [{"where": EVIL, "method": EVIL}],
         }
     )
-    assert "<script>" not in card and card.count("&lt;script&gt;") >= 10
-    assert render("signin.html", error="", name=EVIL).count("&lt;script&gt;") == 1
+    assert "<script>" not in card and card.count("&lt;script&gt;") >= 16
+    nav = render("nav.html", approvals_current=EVIL, sessions_current=EVIL)
+    assert "<script>" not in nav and nav.count("&lt;script&gt;") == 2

@@ -8,6 +8,7 @@ from undoproxy.admin import api, approvals_api, events_api, page, rollback_api
 from undoproxy.admin.auth import require_token
 from undoproxy.admin.context import CONTEXT, AdminContext
 from undoproxy.admin.errors import json_errors
+from undoproxy.admin.origin import same_origin_changes
 
 ROUTES: list[web.AbstractRouteDef] = [
     web.get("/ca.pem", api.ca_pem),
@@ -24,11 +25,21 @@ ROUTES: list[web.AbstractRouteDef] = [
 ]
 
 
+async def _same_origin_reads(request: web.Request, response: web.StreamResponse) -> None:
+    # No other origin (another port of this host included) may embed or read what we answer,
+    # even where a browser would not ask us first (<script src>, <img src>).
+    response.headers.setdefault("Cross-Origin-Resource-Policy", "same-origin")
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+
+
 def create_app(
     ctx: AdminContext, extra_routes: list[web.AbstractRouteDef] | None = None
 ) -> web.Application:
     """The admin application for one running undoproxy."""
-    app = web.Application(middlewares=[json_errors, require_token], client_max_size=1024**2)
+    app = web.Application(
+        middlewares=[json_errors, same_origin_changes, require_token], client_max_size=1024**2
+    )
+    app.on_response_prepare.append(_same_origin_reads)
     app[CONTEXT] = ctx
     page.setup(app)
     events_api.setup(app)

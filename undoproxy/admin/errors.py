@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -56,14 +57,52 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(500, "internal_error", "undoproxy hit an internal error; see its log")
 
 
-async def json_body(request: web.Request) -> dict[str, object]:
-    """The request's JSON object body ({} when empty); 400 when it is not a JSON object."""
+class DuplicateKeyError(ValueError):
+    """A JSON object names the same key twice (which one counts is ambiguous)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def parse_json(text: str) -> Any:
+    """JSON text as a value; raises ValueError on bad JSON or a key repeated in any object.
+
+    A repeated key is refused rather than read last-wins: a reader that takes the first one
+    (a rule, a log, a person) would see a different request than the one acted on.
+    """
+    return json.loads(text, object_pairs_hook=_no_duplicates)
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object body ({} when empty); 400 when it is not exactly one JSON
+    object with distinct keys."""
     if not request.body_exists:
         return {}
     try:
-        value = await request.json()
+        value = parse_json(await request.text())
+    except DuplicateKeyError as exc:
+        raise ApiError(400, "bad_request", f"the body repeats the key {exc.args[0]!r}") from None
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "bad_request", "the body must be JSON") from None
     if not isinstance(value, dict):
         raise ApiError(400, "bad_request", "the body must be a JSON object")
+    return value
+
+
+def json_bool(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    """`body[name]` as a boolean (`default` when absent or null); 400 unless it is a JSON
+    `true`/`false`: `"false"`, `0` or `"no"` are refused, never guessed."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(
+            400, "bad_request", f"{name} must be true or false (a JSON boolean), got {value!r}"
+        )
     return value

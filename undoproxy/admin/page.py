@@ -1,43 +1,44 @@
-"""The admin page: sign-in, the approvals queue, sessions and a session's timeline.
+"""The admin page: its shell, the approvals queue, sessions and a session's timeline.
 
-Plain server-rendered HTML plus one small script (static/admin.js, no build step, nothing
-from a CDN). Any view fetched with `?partial=1` answers only its main content: the script
-uses that to refresh a view live when `/api/events` reports a change. Every page carries a
-strict Content-Security-Policy (no inline script or style) on top of escaping every value.
+`GET /`, `/sessions` and `/sessions/{id}` answer a shell that holds nothing secret: the layout,
+the sign-in form and one small script (static/admin.js, no build step, nothing from a CDN).
+The script signs in with `POST /api/signin` (the admin token, once), keeps the page key it
+gets in `sessionStorage`, and fetches each view's content with `?partial=1` and
+`Authorization: Bearer <page key>`; it refreshes a view live when `/api/events` reports a
+change. Every response carries a strict Content-Security-Policy (no inline script or style)
+on top of escaping every value.
 """
 
 from __future__ import annotations
 
-import hmac
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
 
 from undoproxy.admin import page_views
 from undoproxy.admin.context import CONTEXT
-from undoproxy.admin.errors import error_response
+from undoproxy.admin.errors import ApiError, error_response, json_body
 from undoproxy.admin.html import Markup, el, render
 from undoproxy.admin.pagesessions import (
-    COOKIE,
-    CSRF_FIELD,
     PAGE_SESSIONS,
-    PageSession,
     PageSessions,
-    clear_cookie,
-    csrf_ok,
+    bearer,
+    bearer_is,
     page_session,
-    set_cookie,
 )
 from undoproxy.approvals.queue import ApprovalQueue
 
+Main = Callable[[], Awaitable[Markup]]
 STATIC_DIR = Path(__file__).parent / "static"
 MAX_NAME = 64
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-    "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; "
+    "img-src 'self' data:; connect-src 'self'; form-action 'none'; base-uri 'none'; "
     "frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -46,122 +47,83 @@ def _queue(request: web.Request) -> ApprovalQueue | None:
     return request.app[CONTEXT].approvals
 
 
-def _see_other(location: str) -> web.Response:
-    return web.Response(status=303, headers={**HEADERS, "Location": location})
-
-
 def _html(text: str, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", headers=HEADERS)
 
 
-async def _pending_count(request: web.Request) -> int:
-    queue = _queue(request)
-    return len(await queue.recent(state="pending", limit=1000)) if queue else 0
-
-
-async def _page(
-    request: web.Request, user: PageSession, view: str, title: str, main: Markup, pending: int
-) -> web.Response:
-    if request.query.get("partial"):
-        return _html(main)
-    nav = render(
-        "nav.html",
-        approvals_current="current" if view == "approvals" else "",
-        sessions_current="current" if view != "approvals" else "",
-        pending=pending,
-        user=user.name,
-        csrf=user.csrf,
-    )
-    return _html(render("layout.html", csrf=user.csrf, title=title, view=view, nav=nav, main=main))
-
-
-def _signin(error: str = "", name: str = "", status: int = 200) -> web.Response:
-    main = render(
-        "signin.html",
-        error=el("p", error, class_="error") if error else Markup(""),
-        name=name,
-    )
-    return _html(
-        render("layout.html", csrf="", title="Sign in", view="signin", nav="", main=main), status
-    )
-
-
-def _signed_out(request: web.Request) -> web.StreamResponse:
-    if request.query.get("partial"):
-        return error_response(401, "unauthorized", "signed out: reload the page to sign in")
-    if request.path == "/":
-        return _signin()
-    return _see_other("/")
+async def _view(request: web.Request, view: str, title: str, main: Main) -> web.StreamResponse:
+    """The shell (no secret, no data), or with `?partial=1` and a page key, the view itself."""
+    if not request.query.get("partial"):
+        nav = render(
+            "nav.html",
+            approvals_current="current" if view == "approvals" else "",
+            sessions_current="current" if view != "approvals" else "",
+        )
+        return _html(
+            render("layout.html", title=title, view=view, nav=nav, signin=render("signin.html"))
+        )
+    if page_session(request) is None:
+        return error_response(401, "unauthorized", "signed out: sign in again")
+    return _html(await main())
 
 
 async def queue_page(request: web.Request) -> web.StreamResponse:
-    """`GET /`: the approvals queue, or the sign-in form."""
-    user = page_session(request)
-    if user is None:
-        return _signed_out(request)
-    queue = _queue(request)
-    if queue is None:
-        main, pending = el("p", "Approvals are not enabled.", class_="empty"), 0
-    else:
-        main, pending = await page_views.queue_main(queue, request.app[CONTEXT].journal)
-    return await _page(request, user, "approvals", "Approvals", main, pending)
+    """`GET /`: the approvals queue."""
+
+    async def main() -> Markup:
+        queue = _queue(request)
+        if queue is None:
+            return el("p", "Approvals are not enabled.", class_="empty")
+        shown, _ = await page_views.queue_main(queue, request.app[CONTEXT].journal)
+        return shown
+
+    return await _view(request, "approvals", "Approvals", main)
 
 
 async def sessions_page(request: web.Request) -> web.StreamResponse:
     """`GET /sessions`: every session with its state and counts."""
-    user = page_session(request)
-    if user is None:
-        return _signed_out(request)
-    main = await page_views.sessions_main(request.app[CONTEXT].journal, _queue(request))
-    return await _page(request, user, "sessions", "Sessions", main, await _pending_count(request))
+
+    async def main() -> Markup:
+        return await page_views.sessions_main(request.app[CONTEXT].journal, _queue(request))
+
+    return await _view(request, "sessions", "Sessions", main)
 
 
 async def timeline_page(request: web.Request) -> web.StreamResponse:
     """`GET /sessions/{id}`: a session's timeline, with its rollback button."""
-    user = page_session(request)
-    if user is None:
-        return _signed_out(request)
     session_id = request.match_info["id"]
-    main = await page_views.timeline_main(request.app[CONTEXT].journal, session_id)
-    if main is None:
-        main = el("p", f"No session {session_id!r}.", class_="empty")
-    pending = await _pending_count(request)
-    return await _page(request, user, "timeline", f"Session {session_id}", main, pending)
+
+    async def main() -> Markup:
+        shown = await page_views.timeline_main(request.app[CONTEXT].journal, session_id)
+        return shown or el("p", f"No session {session_id!r}.", class_="empty")
+
+    return await _view(request, "timeline", f"Session {session_id}", main)
 
 
-def _same_origin(request: web.Request) -> bool:
-    origin = request.headers.get("Origin")
-    return origin is None or origin in (f"http://{request.host}", f"https://{request.host}")
+async def sign_in(request: web.Request) -> web.Response:
+    """`POST /api/signin` `{name}` with the admin token: a page key for this browser tab.
+
+    Answers `{key, name}`; the page sends the key as its bearer token from then on.
+    """
+    if not bearer_is(request, request.app[CONTEXT].token):
+        raise ApiError(401, "unauthorized", "sign in with the admin token")
+    body = await json_body(request)
+    unknown = set(body) - {"name"}
+    if unknown:
+        raise ApiError(400, "bad_request", f"unknown field(s): {', '.join(sorted(unknown))}")
+    name = body.get("name")
+    if not isinstance(name, str) or not 0 < len(name.strip()) <= MAX_NAME:
+        raise ApiError(400, "bad_request", f"name: give your name (1-{MAX_NAME} characters)")
+    if not name.strip().isprintable():
+        raise ApiError(400, "bad_request", "name: printable characters only")
+    session = request.app[PAGE_SESSIONS].create(name.strip())
+    return web.json_response({"key": session.key, "name": session.name}, status=201)
 
 
-async def sign_in(request: web.Request) -> web.StreamResponse:
-    """`POST /signin` (form: token, name): set the page cookie and go to the queue."""
-    if not _same_origin(request):
-        return _signin("Sign-in from another site was refused.", status=403)
-    form = await request.post()
-    token, name = str(form.get("token", "")), str(form.get("name", "")).strip()
-    if not name or len(name) > MAX_NAME or not name.isprintable():
-        return _signin(f"Give your name (1-{MAX_NAME} characters).", name[:MAX_NAME], 400)
-    expected = request.app[CONTEXT].token
-    if not hmac.compare_digest(token.strip().encode(), expected.encode()):
-        return _signin("That is not the admin token.", name, 401)
-    session = request.app[PAGE_SESSIONS].create(name)
-    response = _see_other("/")
-    set_cookie(response, session)
-    return response
-
-
-async def sign_out(request: web.Request) -> web.StreamResponse:
-    """`POST /signout` (form: csrf): forget this browser."""
-    user = page_session(request)
-    form = await request.post()
-    if user is not None:
-        if not csrf_ok(str(form.get(CSRF_FIELD, "")), user):
-            return error_response(403, "csrf_failed", "the sign-out form's CSRF token is wrong")
-        request.app[PAGE_SESSIONS].drop(request.cookies.get(COOKIE))
-    response = _see_other("/")
-    clear_cookie(response)
-    return response
+async def sign_out(request: web.Request) -> web.Response:
+    """`POST /api/signout`: forget this page key (the admin token itself stays valid)."""
+    request.app[PAGE_SESSIONS].drop(bearer(request))
+    return web.json_response({"signed_out": True})
 
 
 def setup(app: web.Application) -> None:
@@ -171,9 +133,9 @@ def setup(app: web.Application) -> None:
 
 ROUTES: list[web.AbstractRouteDef] = [
     web.get("/", queue_page),
-    web.post("/signin", sign_in),
-    web.post("/signout", sign_out),
     web.get("/sessions", sessions_page),
     web.get("/sessions/{id}", timeline_page),
+    web.post("/api/signin", sign_in),
+    web.post("/api/signout", sign_out),
     web.static("/static", STATIC_DIR),
 ]

@@ -83,6 +83,47 @@ def _diff(item: dict[str, Any]) -> Markup:
     return el("div", el("div", head, class_="diff-head"), el("pre", join(lines)), class_="diff")
 
 
+def _overrides(item: dict[str, Any]) -> Markup:
+    """Method overrides, called out: the upstream may act on them instead of the method."""
+    found = item.get("method_overrides") or []
+    if not found:
+        return Markup("")
+    wanted = sorted({o["method"].upper() for o in found})
+    head = join(
+        [
+            "Method override: this ",
+            el("span", item["method"], class_="method"),
+            " asks the server to act as ",
+            join((el("strong", m) for m in wanted), " / "),
+        ]
+    )
+    where = el(
+        "ul", *(el("li", el("code", o["where"]), " = ", el("code", o["method"])) for o in found)
+    )
+    return el("div", el("p", head), where, class_="override", role="alert")
+
+
+def _headers(item: dict[str, Any]) -> Markup:
+    headers = item.get("headers") or []
+    if not headers:
+        return Markup("")
+    rows = [
+        el(
+            "tr",
+            el("th", h["name"]),
+            el("td", el("code", h["value"])),
+            class_="override" if h["override"] else "secret" if h["secret"] else None,
+        )
+        for h in headers
+    ]
+    return el(
+        "details",
+        el("summary", f"Request headers · {len(headers)}"),
+        el("table", el("tbody", *rows), class_="headers"),
+        class_="headers",
+    )
+
+
 def approval_card(item: dict[str, Any]) -> Markup:
     """One pending approval, with its decision controls."""
     requests = len(item["step_ids"])
@@ -103,6 +144,8 @@ def approval_card(item: dict[str, Any]) -> Markup:
         held=when(item["created_at"], short=True),
         expires=el("time", "-", class_="countdown", data_expires=f"{item['expires_at']:.3f}"),
         badges=_badges(item["badges"]),
+        overrides=_overrides(item),
+        headers=_headers(item),
         body=_body(item),
         diff=_diff(item),
         reason_placeholder="Reason (required: critical risk)"

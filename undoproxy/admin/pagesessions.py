@@ -1,7 +1,13 @@
-"""Signed-in admin page users: a random key in an HttpOnly, SameSite=Strict cookie maps to the
-name given at sign-in (who decides) and a CSRF token, server-side. The admin token itself is
-never put in a cookie. State-changing calls must echo the CSRF token (header or form field).
-Sessions live in memory: a restart signs everyone out.
+"""Signed-in admin page users: a random page key maps, server-side, to the name given at sign-in
+(who decides).
+
+The page keeps its key in `sessionStorage` and sends it as `Authorization: Bearer <key>` on
+every call. Nothing the browser attaches by itself carries it: no cookie (cookies are not
+scoped by port, so a dev server on another port of 127.0.0.1 would receive one), no URL. A
+page served from any other origin, other ports of the same host included, can neither read
+the key (storage is per scheme + host + port) nor make the browser send it; and since it is
+never attached automatically, no CSRF token is needed. The admin token itself is used once,
+to sign in, and never stored by the page. Keys live in memory: a restart signs everyone out.
 """
 
 from __future__ import annotations
@@ -13,21 +19,17 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-COOKIE = "undoproxy_page"
-CSRF_HEADER = "X-CSRF-Token"
-CSRF_FIELD = "csrf"
+KEY_PREFIX = "page_"
 IDLE_SECONDS = 12 * 3600
 MAX_SESSIONS = 1000
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass
 class PageSession:
-    """One signed-in browser."""
+    """One signed-in browser tab."""
 
     key: str
     name: str
-    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     last_seen: float = field(default_factory=time.monotonic)
 
 
@@ -42,13 +44,15 @@ class PageSessions:
         if len(self._by_key) >= MAX_SESSIONS:  # drop the least recently seen
             oldest = min(self._by_key.values(), key=lambda s: s.last_seen)
             del self._by_key[oldest.key]
-        session = PageSession(secrets.token_urlsafe(32), name)
+        session = PageSession(KEY_PREFIX + secrets.token_urlsafe(32), name)
         self._by_key[session.key] = session
         return session
 
     def get(self, key: str | None) -> PageSession | None:
-        """The live session with this cookie value, if any."""
-        session = self._by_key.get(key) if key else None
+        """The live session with this page key, if any."""
+        if not key or not key.startswith(KEY_PREFIX):
+            return None
+        session = self._by_key.get(key)  # hashed whole first: no timing leak of a prefix
         if session is None:
             return None
         now = time.monotonic()
@@ -67,24 +71,19 @@ class PageSessions:
 PAGE_SESSIONS: web.AppKey[PageSessions] = web.AppKey("page_sessions", PageSessions)
 
 
+def bearer(request: web.Request) -> str | None:
+    """The value of `Authorization: Bearer <value>`, if the request has one."""
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return given.strip() or None if scheme.lower() == "bearer" else None
+
+
+def bearer_is(request: web.Request, secret: str) -> bool:
+    """True when the request's bearer value is `secret` (compared in constant time)."""
+    given = bearer(request)
+    return given is not None and hmac.compare_digest(given.encode(), secret.encode())
+
+
 def page_session(request: web.Request) -> PageSession | None:
     """The signed-in page user making this request, if any."""
     sessions = request.app.get(PAGE_SESSIONS)
-    return sessions.get(request.cookies.get(COOKIE)) if sessions is not None else None
-
-
-def csrf_ok(given: str | None, session: PageSession) -> bool:
-    """True when `given` is this session's CSRF token."""
-    return bool(given) and hmac.compare_digest(str(given).encode(), session.csrf.encode())
-
-
-def set_cookie(response: web.StreamResponse, session: PageSession) -> None:
-    """The sign-in cookie: HttpOnly, SameSite=Strict, whole site."""
-    response.set_cookie(
-        COOKIE, session.key, httponly=True, samesite="Strict", path="/", max_age=IDLE_SECONDS
-    )
-
-
-def clear_cookie(response: web.StreamResponse) -> None:
-    """Forget the sign-in cookie."""
-    response.del_cookie(COOKIE, path="/")
+    return sessions.get(bearer(request)) if sessions is not None else None

@@ -3,6 +3,7 @@ webhook's text. Everything in them was redacted when the approval was built."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from undoproxy.store.approvals import Approval
@@ -28,6 +29,8 @@ def approval_json(approval: Approval, journal: Journal) -> dict[str, Any]:
         "content_type": ctx.get("content_type"),
         "body": ctx.get("body"),
         "body_length": ctx.get("body_length", 0),
+        "headers": ctx.get("headers", []),
+        "method_overrides": ctx.get("method_overrides", []),
         "badges": ctx.get("badges", []),
         "diff": ctx.get("diff"),
         "diff_error": ctx.get("diff_error"),
@@ -55,6 +58,9 @@ def notify_text(approval: Approval, admin_url: str) -> str:
         f"rule `{rule}`{risk})",
         f"`{approval.method} {approval.url}`",
     ]
+    for override in approval.context.get("method_overrides", []):
+        shown = re.sub(r"[^A-Za-z0-9_.-]", "?", override["method"])  # no mrkdwn in it
+        lines.append(f"*method override*: {override['where']} = `{shown}`")
     labels = [b["label"] for b in approval.context.get("badges", [])]
     if labels:
         lines.append("badges: " + ", ".join(labels))

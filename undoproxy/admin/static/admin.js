@@ -4,17 +4,32 @@
 "use strict";
 
 (() => {
-  const csrf = document.querySelector('meta[name="csrf-token"]')?.content || "";
   const view = document.body.dataset.view;
-  if (view === "signin") return;
+  const title = document.title;
+  // The page key lives in this tab's sessionStorage (scoped to scheme + host + port) and goes
+  // out only in the Authorization header of our own calls: never in a cookie, which the
+  // browser would also send to every other port of this host.
+  const STORE = "undoproxy.page";
+  let signedIn = null; // {key, name}
+  try {
+    signedIn = JSON.parse(sessionStorage.getItem(STORE) || "null");
+  } catch (_) {
+    signedIn = null;
+  }
 
   // --- talking to undoproxy ------------------------------------------------------------
+
+  function auth() {
+    return signedIn ? { Authorization: `Bearer ${signedIn.key}` } : {};
+  }
+
+  class SignedOut extends Error {}
 
   async function api(method, path, body) {
     const response = await fetch(path, {
       method,
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
+      credentials: "omit",
+      headers: { "Content-Type": "application/json", ...auth() },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     let data = null;
@@ -23,18 +38,81 @@
     } catch (_) {
       data = null;
     }
-    if (response.status === 401) location.reload();
+    if (response.status === 401) {
+      signOut("Signed out: sign in again.");
+      throw new SignedOut("signed out");
+    }
     if (!response.ok) throw new Error((data && data.message) || `HTTP ${response.status}`);
     return data;
   }
 
   async function partial() {
-    const response = await fetch(`${location.pathname}?partial=1`, { credentials: "same-origin" });
-    if (response.status === 401) location.reload();
+    const response = await fetch(`${location.pathname}?partial=1`, { credentials: "omit", headers: auth() });
+    if (response.status === 401) {
+      signOut("Signed out: sign in again.");
+      return null;
+    }
     if (!response.ok) return null;
     const template = document.createElement("template");
     template.innerHTML = await response.text();
     return template.content;
+  }
+
+  // --- signing in and out ----------------------------------------------------------------
+
+  let stream = null; // the AbortController of the event stream
+
+  function showSignin(message) {
+    document.getElementById("nav").hidden = true;
+    document.getElementById("who").hidden = true;
+    const form = document.getElementById("signin-template").content.cloneNode(true);
+    const main = document.getElementById("main");
+    main.replaceChildren(form);
+    delete main.dataset.loaded;
+    document.title = "Sign in · undoproxy";
+    showError(document.getElementById("signin-error"), message || "");
+    document.getElementById("signin").addEventListener("submit", signIn);
+  }
+
+  async function signIn(event) {
+    event.preventDefault();
+    const form = event.target;
+    const error = document.getElementById("signin-error");
+    const token = form.elements.token.value.trim();
+    const name = form.elements.name.value.trim();
+    const response = await fetch("/api/signin", {
+      method: "POST",
+      credentials: "omit",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+      body: JSON.stringify({ name }),
+    });
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (_) {
+      data = null;
+    }
+    if (response.status === 401) return showError(error, "That is not the admin token.");
+    if (!response.ok) return showError(error, (data && data.message) || `HTTP ${response.status}`);
+    signedIn = { key: data.key, name: data.name };
+    sessionStorage.setItem(STORE, JSON.stringify(signedIn));
+    start();
+  }
+
+  function signOut(message) {
+    if (stream) stream.abort();
+    stream = null;
+    signedIn = null;
+    sessionStorage.removeItem(STORE);
+    showSignin(message);
+  }
+
+  async function signOutClicked() {
+    const key = signedIn && signedIn.key;
+    signOut("");
+    if (key) {
+      await fetch("/api/signout", { method: "POST", credentials: "omit", headers: { Authorization: `Bearer ${key}` } });
+    }
   }
 
   function showError(node, message) {
@@ -84,36 +162,68 @@
     }
   }
 
+  // EventSource cannot send an Authorization header, so the stream is read with fetch.
   function connect() {
     const live = document.getElementById("live");
-    const source = new EventSource("/api/events");
-    source.onopen = () => {
-      live.textContent = "live";
-      live.classList.add("on");
-      schedule(); // catch up on anything missed while disconnected
+    const controller = new AbortController();
+    stream = controller;
+    const dispatch = (kind, data) => {
+      if (kind === "approval") updatePendingCount().catch(() => {});
+      if (view === "approvals" ? kind === "approval" : concerns(kind, { data })) schedule();
     };
-    source.onerror = () => {
+    const offline = () => {
       live.textContent = "reconnecting";
       live.classList.remove("on");
+      if (stream === controller) setTimeout(() => stream === controller && connect(), 2000);
     };
-    for (const kind of ["approval", "step", "session"]) {
-      source.addEventListener(kind, (event) => {
-        if (kind === "approval") updatePendingCount();
-        if (view === "approvals" ? kind === "approval" : concerns(kind, event)) schedule();
+    fetch("/api/events", { credentials: "omit", headers: auth(), signal: controller.signal })
+      .then(async (response) => {
+        if (response.status === 401) return signOut("Signed out: sign in again.");
+        if (!response.ok || !response.body) return offline();
+        live.textContent = "live";
+        live.classList.add("on");
+        schedule(); // catch up on anything missed while disconnected
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value.replace(/\r\n?/g, "\n");
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            let kind = "message";
+            const data = [];
+            for (const line of block.split("\n")) {
+              if (line.startsWith("event:")) kind = line.slice(6).trim();
+              else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+            }
+            if (data.length) dispatch(kind, data.join("\n"));
+          }
+        }
+        offline();
+      })
+      .catch(() => {
+        if (!controller.signal.aborted) offline();
       });
-    }
   }
 
-  async function updatePendingCount() {
-    if (view === "approvals") return; // the queue's own refresh counts its cards
+  async function updatePendingCount(always) {
+    if (view === "approvals" && !always) return; // the queue's own refresh counts its cards
     const found = await api("GET", "/api/approvals?state=pending&limit=1000");
     document.getElementById("nav-pending").textContent = String(found.approvals.length);
   }
 
   async function refresh() {
     const fresh = await partial();
-    if (!fresh) return;
-    if (view === "approvals") mergeQueue(fresh);
+    if (!fresh || !signedIn) return;
+    const main = document.getElementById("main");
+    if (!main.dataset.loaded) {
+      main.replaceChildren(fresh); // the first time: there is nothing on screen to keep
+      main.dataset.loaded = "1";
+      highlight();
+    } else if (view === "approvals") mergeQueue(fresh);
     else if (view === "timeline") mergeTimeline(fresh);
     else document.getElementById("main").replaceChildren(fresh);
     localize(document);
@@ -306,9 +416,19 @@
   });
 
   window.addEventListener("hashchange", highlight);
-  localize(document);
-  tick();
   setInterval(tick, 1000);
-  highlight();
-  connect();
+
+  function start() {
+    document.getElementById("nav").hidden = false;
+    document.getElementById("who").hidden = false;
+    document.getElementById("user").textContent = signedIn.name;
+    document.getElementById("signout").onclick = signOutClicked;
+    document.title = title;
+    refresh();
+    updatePendingCount(true).catch(() => {});
+    connect();
+  }
+
+  if (signedIn && signedIn.key) start();
+  else showSignin("");
 })();
