@@ -10,6 +10,7 @@ from undoproxy.rules import (
     TemplateContext,
     TemplateError,
     render_template,
+    render_url,
     template_references_response,
     template_references_snapshot,
 )
@@ -138,3 +139,44 @@ def test_syntax_errors(template: str) -> None:
 def test_references(value: Any, response: bool, snapshot: bool) -> None:
     assert template_references_response(value) is response
     assert template_references_snapshot(value) is snapshot
+
+
+@pytest.mark.parametrize(
+    ("template", "body", "expected"),
+    [
+        # A value from the body is one path segment: it cannot climb out of its collection.
+        (
+            "/items/${request.body.id}",
+            {"id": "1/../../admin/root"},
+            "/items/1%2F..%2F..%2Fadmin%2Froot",
+        ),
+        ("/items/${request.body.id}", {"id": "a b?c#d"}, "/items/a%20b%3Fc%23d"),
+        ("/items/${request.body.id}", {"id": 7}, "/items/7"),
+        ("/items/{id}/comments", {}, "/items/a%20b/comments"),  # captures stay as sent
+        ("/search?q=${request.body.q}", {"q": "x&admin=1"}, "/search?q=x%26admin%3D1"),
+        ("/search?q=${request.body.q}", {"q": ""}, "/search?q="),
+        # A whole-URL reference is a URL (its origin decides where credentials may go).
+        ("${request.body.target}", {"target": "https://other.test/x"}, "https://other.test/x"),
+    ],
+)
+def test_render_url_encodes_each_value_as_one_segment(
+    template: str, body: dict[str, object], expected: str
+) -> None:
+    ctx = TemplateContext(captures={"id": "a%20b"}, request_body=body)
+    assert render_url(template, ctx) == expected
+
+
+@pytest.mark.parametrize("value", ["", ".", ".."])
+def test_render_url_refuses_values_that_name_the_parent(value: str) -> None:
+    ctx = TemplateContext(captures={"id": value}, request_body={"id": value})
+    with pytest.raises(TemplateError, match="another resource"):
+        render_url("/items/${request.body.id}", ctx)
+    with pytest.raises(TemplateError, match="another resource"):
+        render_url("/items/{id}", ctx)
+
+
+@pytest.mark.parametrize("value", [None, 5, {"a": 1}, ""])
+def test_render_url_whole_reference_must_be_a_url_string(value: object) -> None:
+    ctx = TemplateContext(request_body={"target": value})
+    with pytest.raises(TemplateError, match="not a URL"):
+        render_url("${request.body.target}", ctx)

@@ -31,6 +31,7 @@ from undoproxy.rules.templates import (
     TemplateContext,
     TemplateError,
     render_template,
+    render_url,
     template_references_response,
     template_references_snapshot,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "format_explanation",
     "parse_rules",
     "render_template",
+    "render_url",
     "template_references_response",
     "template_references_snapshot",
 ]

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
+from urllib.parse import quote
 
 from undoproxy.rules.jsonpaths import JsonPath
 
@@ -192,6 +193,44 @@ def _render_string(text: str, ctx: TemplateContext) -> Any:
             out.append(ctx.captures[part.name])
         else:
             out.append(to_text(part.resolve(ctx)))
+    return "".join(out)
+
+
+def render_url(text: str, ctx: TemplateContext) -> str:
+    """Render a URL template so that no substituted value can change which resource it names.
+
+    A template that is exactly one `${...}` is that value, used as a URL (where it may send
+    credentials is decided later, by origin). Otherwise every value is substituted as one
+    path segment (or one query value), percent-encoded, so `1/../../admin` stays inside its
+    segment; a path capture is already encoded as the agent sent it. A value that is empty,
+    `.` or `..` in the path is refused (TemplateError): it would name the parent collection.
+    """
+    parts = parse_template(text)
+    if len(parts) == 1 and isinstance(parts[0], Reference):
+        value = parts[0].resolve(ctx)
+        if not isinstance(value, str) or not value:
+            raise TemplateError(f"${{{parts[0].text}}}: not a URL: {to_text(value)[:80]}")
+        return value
+    out: list[str] = []
+    in_query = False
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+            in_query = in_query or "?" in part or "#" in part
+            continue
+        if isinstance(part, Capture):
+            if part.name not in ctx.captures:
+                raise TemplateError(f"{{{part.name}}}: no such path capture")
+            value, label = ctx.captures[part.name], "{" + part.name + "}"
+            encoded = value
+        else:
+            value, label = to_text(part.resolve(ctx)), "${" + part.text + "}"
+            encoded = quote(value, safe="")
+        if not in_query and value in ("", ".", ".."):
+            raise TemplateError(
+                f"{label} is {value!r}: as a path segment it would name another resource"
+            )
+        out.append(encoded)
     return "".join(out)
 
 
