@@ -1,2 +1,29 @@
-"""The SQLite journal: schema and migrations (`schema`), the one write path (`writer`),
-the records (`records`) and the reads (`queries`)."""
+"""The SQLite journal: schema and migrations (`schema`), the one write path (`writer`), the
+records (`records`), sessions and steps (`journal`), approvals (`approvals`) and the
+one-process-per-journal lock (`lock`).
+
+Which writes are awaited — the one rule every call site follows:
+
+- **Awaited** (`JournalWriter.write`, `Journal.write_ahead`, `Journal.update_now`,
+  `Journal.set_session_state`): anything a later decision depends on. A mutation's write-ahead
+  row (committed before the request is forwarded), an approval before the agent waits on it
+  and its approval, a step's `compensating` mark (committed before its compensation is sent),
+  a compensation's result, every change of a session's state. The caller acts only once the
+  row is committed and fsync'd; on JournalError it does not act (the request is not
+  forwarded, the compensation is not sent).
+- **Batched** (`JournalWriter.submit`, `Journal.record`, `Journal.update`,
+  `Journal.add_session`): reads, requests undoproxy answered itself, progress such as a
+  mutation's outcome after its response. Losing one in a crash leaves a state that is
+  already safe: a step still `pending` becomes `unknown` at restart and rollback reads the
+  target before deciding; an approval still `pending` expires.
+- Order holds across both: a batched write queued before an awaited one is committed with it
+  or before it, so awaiting (or `writer.flush()`) also makes what came before durable — e.g.
+  a session submitted by `add_session` before its first write-ahead step.
+
+What survives what: an awaited write, once it returned, survives a crash of undoproxy, of the
+OS and a power loss (`PRAGMA synchronous=FULL`: every commit fsyncs the WAL; concurrent writes
+share a commit). A batched write is durable once its batch is committed, usually within
+milliseconds. A write that gave up (timed out while still queued) is withdrawn and never
+committed later (see `writer`). Only one process opens a journal at a time (`lock`). The
+database and its -wal/-shm files are mode 0600: they hold session proxy tokens in clear.
+"""

@@ -1,8 +1,10 @@
 """The journal: sessions and steps, written through one writer, read through a second connection.
 
-Mutations are written ahead (`write_ahead` returns once the row is committed); everything else
-is submitted and committed in the next batch. Sessions are cached in memory because every
-proxied request needs its session's state.
+Which methods wait for the commit follows the rule in `undoproxy.store`: `write_ahead`,
+`update_now` and `set_session_state` are awaited; `add_session`, `record` and `update` are
+batched. An awaited method changes the in-memory record only as far as the database agrees.
+Sessions are cached in memory because every proxied request needs its session's state.
+`Journal.open` takes the journal's lock (`lock.py`): one undoproxy per journal file.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Any
 
 import aiosqlite
 
+from undoproxy.errors import JournalError
 from undoproxy.events import EventBus
 from undoproxy.store import schema
+from undoproxy.store.lock import JournalLock
 from undoproxy.store.records import STEP_COLUMNS, Session, Step, encode_fields
 from undoproxy.store.writer import JournalWriter
 
@@ -30,34 +34,57 @@ class Journal:
     """Sessions and steps of every agent, durable in SQLite."""
 
     def __init__(
-        self, writer: JournalWriter, read_conn: aiosqlite.Connection, events: EventBus
+        self,
+        writer: JournalWriter,
+        read_conn: aiosqlite.Connection,
+        events: EventBus,
+        lock: JournalLock | None = None,
     ) -> None:
         self.writer = writer
         self._read = read_conn
         self.events = events
+        self._lock = lock
         self.sessions: dict[str, Session] = {}
         self._seq: dict[str, int] = {}
 
     @classmethod
     async def open(cls, path: Path, events: EventBus | None = None) -> Journal:
-        """Open (creating or migrating) the journal at `path` and recover from a crash."""
-        setup = await schema.connect(path)
+        """Lock, open (creating or migrating) the journal at `path` and recover from a crash.
+
+        Raises JournalInUse (an UndoproxyError naming the holder's pid) when another process
+        has it open: recovering its in-flight steps would corrupt them.
+        """
+        lock = JournalLock.acquire(path)
+        read_conn: aiosqlite.Connection | None = None
         try:
-            await schema.migrate(setup)
-            await _recover_writes(setup)
-        finally:
-            await setup.close()
-        read_conn = await schema.connect(path)
-        read_conn.row_factory = aiosqlite.Row
-        journal = cls(JournalWriter(schema.connect_sync(path)), read_conn, events or EventBus())
-        await journal._load()
+            schema.create_private(path)
+            setup = await schema.connect(path)
+            try:
+                await schema.migrate(setup)
+                await _recover_writes(setup)
+            finally:
+                await setup.close()
+            read_conn = await schema.connect(path)
+            read_conn.row_factory = aiosqlite.Row
+            journal = cls(JournalWriter(schema.connect_sync(path)), read_conn, events or EventBus())
+            await journal._load()
+        except BaseException:
+            if read_conn is not None:
+                await read_conn.close()
+            lock.release()
+            raise
+        journal._lock = lock
         journal.writer.start()
         return journal
 
     async def close(self) -> None:
-        """Commit everything queued, then close both connections."""
-        await self.writer.close()
-        await self._read.close()
+        """Commit everything queued, close both connections, then give up the lock."""
+        try:
+            await self.writer.close()
+            await self._read.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     async def _load(self) -> None:
         async with self._read.execute(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions") as c:
@@ -86,13 +113,23 @@ class Journal:
         return self.sessions.get(session_id) or self.add_session(Session(id=session_id))
 
     async def set_session_state(self, session_id: str, state: str) -> Session:
-        """Change a session's state durably."""
+        """Change a session's state durably (awaited); JournalError leaves it as it was.
+
+        The cached state changes at once, so the proxy already sees it (e.g. `rolling_back`
+        refuses new mutations) while the commit is awaited; it is put back if the write fails.
+        """
         session = self.sessions[session_id]
-        session.state, session.updated_at = state, time.time()
-        await self.writer.write(
-            "UPDATE sessions SET state=?, updated_at=? WHERE id=?",
-            (state, session.updated_at, session_id),
-        )
+        before = session.state, session.updated_at
+        mine = state, time.time()
+        session.state, session.updated_at = mine
+        try:
+            await self.writer.write(
+                "UPDATE sessions SET state=?, updated_at=? WHERE id=?", (*mine, session_id)
+            )
+        except JournalError:
+            if (session.state, session.updated_at) == mine:  # nobody changed it meanwhile
+                session.state, session.updated_at = before
+            raise
         self.events.publish("session", session_summary(session))
         return session
 
@@ -105,12 +142,12 @@ class Journal:
     # --- steps ----------------------------------------------------------------------------
 
     async def write_ahead(self, step: Step) -> None:
-        """Insert a step and wait until it is committed (raises JournalError otherwise)."""
+        """Insert a step and wait until it is committed and fsync'd (raises JournalError)."""
         await self.writer.write(_INSERT_STEP, step.to_row())
         self.events.publish("step", step_event(step))
 
     def record(self, step: Step) -> None:
-        """Insert a step without waiting (reads, blocked requests)."""
+        """Insert a step without waiting (reads, requests undoproxy answered itself)."""
         self.writer.submit(_INSERT_STEP, step.to_row())
         self.events.publish("step", step_event(step))
 
@@ -121,17 +158,27 @@ class Journal:
         return f"UPDATE steps SET {sets} WHERE id=?", [*encoded.values(), step_id]
 
     def update(self, step: Step, **values: Any) -> None:
-        """Change some fields of a step without waiting."""
+        """Change some fields of a step without waiting: progress nothing later decides on.
+
+        A mutation's outcome after its response is such progress: if it is lost in a crash the
+        step stays `pending`, becomes `unknown` at restart, and rollback reads the target.
+        Use `update_now` for anything a later decision depends on.
+        """
         for k, v in values.items():
             setattr(step, k, v)
         self.writer.submit(*self._update_sql(step.id, values))
         self.events.publish("step", step_event(step))
 
     async def update_now(self, step: Step, **values: Any) -> None:
-        """Change some fields of a step and wait for the commit."""
+        """Change some fields of a step and wait for the commit (awaited: `compensating`
+        marks, compensation results, a held step about to be sent).
+
+        `step` is changed only once the database has the values; JournalError leaves both
+        as they were.
+        """
+        await self.writer.write(*self._update_sql(step.id, values))
         for k, v in values.items():
             setattr(step, k, v)
-        await self.writer.write(*self._update_sql(step.id, values))
         self.events.publish("step", step_event(step))
 
     async def steps(self, session_id: str, *, mutations_only: bool = False) -> list[Step]:

@@ -1,7 +1,10 @@
-"""Schema as named migrations, applied once each and recorded in the `migrations` table."""
+"""Schema as named migrations, applied once each and recorded in the `migrations` table;
+the pragmas and file modes every connection to the journal relies on."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -85,11 +88,34 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
 
 PRAGMAS = (
     "PRAGMA journal_mode=WAL",
-    # NORMAL in WAL mode: a committed transaction survives a crash of undoproxy itself; only
-    # an OS crash or power loss can lose the last commits. FULL would fsync every batch.
-    "PRAGMA synchronous=NORMAL",
+    # FULL: every commit fsyncs the WAL, so a committed write-ahead row survives an OS crash or
+    # a power loss, not only a crash of undoproxy (NORMAL's guarantee). The writer commits in
+    # groups, so concurrent requests share one fsync.
+    "PRAGMA synchronous=FULL",
     "PRAGMA foreign_keys=ON",
 )
+FILE_MODE = 0o600  # the journal holds session proxy tokens in clear
+SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def create_private(path: Path) -> None:
+    """Create the journal file mode 0600 if missing, and make it and its side files 0600.
+
+    SQLite creates -wal and -shm with the mode of the database file, so a private database
+    keeps them private too; existing ones (from an older undoproxy) are tightened here.
+    Call it before this process opens any connection to `path`: closing a descriptor of the
+    database file drops every POSIX lock the process holds on it, SQLite's included, and
+    another process would then take this one's connections for gone and reset the WAL.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+    for suffix in SIDE_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{suffix}", FILE_MODE)
 
 
 async def connect(path: Path, *, busy_timeout_ms: int = 2000) -> aiosqlite.Connection:

@@ -1,24 +1,38 @@
 """The one write path to the journal.
 
-Every write goes through `JournalWriter`: hooks either `submit()` (fire and forget: reads,
-updates after a response) or `await write()` (write-ahead: the call returns only once the row
-is committed; a failure raises JournalError, and the caller must not forward the request).
-A single task drains the queue and commits whole batches in one transaction, so many
-concurrent write-aheads cost one commit. The batch runs in one call on the writer's own
-thread with a plain sqlite3 connection (consecutive rows of one statement via executemany):
-one thread hop per batch instead of one per statement keeps the write-ahead wait short.
-Order is preserved: a session row submitted before a step row is committed before it.
+Every write goes through `JournalWriter`: `submit()` queues a write nobody waits for, `await
+write()` returns only once the row is committed and fsync'd (a failure raises JournalError, and
+the caller must not act on it: a mutation is not forwarded). Which writes are awaited is the
+rule at the top of `undoproxy.store`.
+
+A single task drains the queue and commits whole batches in one transaction (group commit):
+while one batch is being written and fsync'd, the next one gathers, so many concurrent
+write-aheads share one fsync. The batch runs in one call on the writer's own thread with a
+plain sqlite3 connection (consecutive rows of one statement via executemany): one thread hop
+per batch keeps the write-ahead wait short. Order is preserved: a row submitted before another
+is committed in the same transaction or an earlier one, so an awaited write also makes durable
+everything queued before it.
+
+A write that gives up is withdrawn, and the caller's answer always matches the database:
+- still queued when its `timeout` runs out (or its caller is cancelled): it is withdrawn, the
+  writer skips it, and the caller gets JournalError. It is never committed afterwards.
+- already executing (its batch is in SQLite): it can no longer be taken back, so the caller
+  keeps waiting for the real outcome and is told the truth, committed or not. The wait is
+  bounded by SQLite's busy timeout (another process holding the write lock) plus the disk.
+Both decisions are taken on the event loop, where the writer also moves ops from the queue
+into a batch, so an op is either withdrawn or executed, never both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import sqlite3
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from undoproxy.errors import JournalError
@@ -28,11 +42,18 @@ Params = Sequence[Any] | Mapping[str, Any]
 BATCH_MAX = 512
 
 
+class _State(enum.Enum):
+    QUEUED = "queued"
+    EXECUTING = "executing"
+    WITHDRAWN = "withdrawn"
+
+
 @dataclass
 class _Op:
     sql: str
     params: Params
     done: asyncio.Future[None] | None
+    state: _State = field(default=_State.QUEUED)
 
 
 class JournalWriter:
@@ -44,28 +65,45 @@ class JournalWriter:
         self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._timeout = timeout
-        self.failures = 0
+        self.failures = 0  # submitted writes that were lost (logged)
+        self.withdrawn = 0  # awaited writes that gave up before they were executed
+        self.executing = 0  # ops in the batch SQLite is working on now
 
     def start(self) -> None:
         """Start the writer task."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="journal-writer")
 
     def submit(self, sql: str, params: Params = ()) -> None:
-        """Queue a write that nobody waits for; failures are logged and counted."""
+        """Queue a write that nobody waits for (reads, progress); failures are logged, counted."""
         self._queue.put_nowait(_Op(sql, params, None))
 
     async def write(self, sql: str, params: Params = ()) -> None:
-        """Queue a write and wait until it is committed; raises JournalError if it is not."""
+        """Queue a write and wait until it is committed and fsync'd.
+
+        Raises JournalError when it was not committed: it failed, or it was still queued after
+        `timeout` seconds (then it is withdrawn and never committed later). A write already
+        executing when the timeout runs out is waited for, and its real outcome reported.
+        """
         if self._task is None or self._task.done():
             raise JournalError("the journal writer is not running")
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Op(sql, params, fut))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        op = _Op(sql, params, done)
+        self._queue.put_nowait(op)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), self._timeout)
+            await asyncio.wait_for(asyncio.shield(done), self._timeout)
         except TimeoutError:
-            raise JournalError(
-                f"the journal did not confirm the write within {self._timeout:g}s"
-            ) from None
+            if op.state is _State.QUEUED:
+                self._withdraw(op)
+                raise JournalError(
+                    f"the journal did not take the write within {self._timeout:g}s; "
+                    "it was withdrawn and will not be committed"
+                ) from None
+            log.warning("journal write past its %gs timeout; waiting for the commit", self._timeout)
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            if op.state is _State.QUEUED:
+                self._withdraw(op)
+            raise
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed (or has failed)."""
@@ -82,6 +120,11 @@ class JournalWriter:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
         self._thread.shutdown(wait=True)
 
+    def _withdraw(self, op: _Op) -> None:
+        op.state = _State.WITHDRAWN
+        self.withdrawn += 1
+        log.error("journal write withdrawn: %s", _statement(op.sql))
+
     async def _run(self) -> None:
         stopping = False
         while not stopping:
@@ -89,20 +132,30 @@ class JournalWriter:
             batch: list[_Op] = []
             if first is None:
                 stopping = True
-            else:
+            elif first.state is _State.QUEUED:
                 batch.append(first)
             while len(batch) < BATCH_MAX and not self._queue.empty():
                 op = self._queue.get_nowait()
                 if op is None:
                     stopping = True
                     break
-                batch.append(op)
+                if op.state is _State.QUEUED:
+                    batch.append(op)
             if batch:
+                for op in batch:  # from here on the op cannot be withdrawn (see the docstring)
+                    op.state = _State.EXECUTING
+                self.executing = len(batch)
                 await self._commit(batch)
+                self.executing = 0
 
     async def _commit(self, batch: list[_Op]) -> None:
         try:
             await self._execute(batch)
+        except sqlite3.OperationalError as exc:
+            # Locked, disk full, I/O error: the database, not a row, is the problem. Retrying
+            # row by row would only wait out the busy timeout once per row.
+            for op in batch:
+                self._fail(op, exc)
         except Exception as exc:  # one bad row must not sink the others: retry one by one
             log.warning("journal batch of %d failed (%s); retrying row by row", len(batch), exc)
             for op in batch:
@@ -112,9 +165,9 @@ class JournalWriter:
                     self._fail(op, single)
                 else:
                     self._succeed(op)
-            return
-        for op in batch:
-            self._succeed(op)
+        else:
+            for op in batch:
+                self._succeed(op)
 
     async def _execute(self, batch: list[_Op]) -> None:
         loop = asyncio.get_running_loop()
@@ -146,8 +199,13 @@ class JournalWriter:
             op.done.set_result(None)
 
     def _fail(self, op: _Op, exc: Exception) -> None:
-        self.failures += 1
         if op.done is not None and not op.done.done():
             op.done.set_exception(JournalError(f"journal write failed: {exc}"))
         else:
-            log.error("journal write lost: %s (%s)", exc, op.sql.split("(")[0].strip())
+            self.failures += 1
+            log.error("journal write lost: %s (%s)", exc, _statement(op.sql))
+
+
+def _statement(sql: str) -> str:
+    """The start of a statement, for logs (never its parameters)."""
+    return sql.split("(")[0].strip()[:60]
