@@ -247,3 +247,40 @@ def test_body_is_parsed_only_when_a_candidate_needs_it() -> None:
     other = request("POST", "https://a.test/", body={"x": 1})
     assert rules.match(other) is not None
     assert other._json == {"x": 1}
+
+
+# A body with a key twice is read last-wins by Python and most servers, first-wins by some:
+# {"amount": 100000, "amount": 1} must not pass an allow rule for small amounts, nor slip
+# under a hold rule for large ones.
+AMBIGUOUS = b'{"amount": 100000, "amount": 1}'
+
+
+@pytest.mark.parametrize(
+    ("action", "condition", "matches"),
+    [
+        ("hold", {"gt": 1000}, True),
+        ("deny", {"gt": 1000}, True),
+        ("hold", {"lt": 0}, True),  # even when no reading of the body satisfies it
+        ("allow", {"lte": 100}, False),
+        ("allow", {"gt": 1000}, False),
+    ],
+)
+def test_a_body_with_duplicate_keys_matches_only_rules_that_stop_it(
+    action: str, condition: dict[str, Any], matches: bool
+) -> None:
+    rules = rule_set(
+        {"action": action, "match": {"method": "POST", "body": {"$.amount": condition}}}
+    )
+    req = request("POST", "https://pay.test/charges", AMBIGUOUS)
+    assert req.duplicate_keys == ("amount",)
+    assert (rules.match(req) is not None) is matches
+    [verdict] = rules.explain(req)
+    assert verdict.matched is matches
+    if not matches:
+        assert "duplicate keys (amount)" in " ".join(verdict.reasons)
+
+
+def test_duplicate_keys_are_found_in_nested_objects_only_where_repeated() -> None:
+    req = request("POST", "https://x.test/", b'{"a": {"b": 1, "b": 2}, "c": [{"d": 1}, {"d": 2}]}')
+    assert req.duplicate_keys == ("b",)
+    assert request("POST", "https://x.test/", {"a": 1, "b": 1}).duplicate_keys == ()

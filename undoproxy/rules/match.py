@@ -108,7 +108,7 @@ class RuleSet:
     def match(self, req: RequestView) -> Match | None:
         """The first rule that matches `req` with its path captures, or None."""
         for rule in self._candidates(req.host, req.port, req.method).for_path(req.path):
-            captures = rule.match_spec.match_rest(req)
+            captures = rule.match_spec.match_rest(req, restrictive=rule.restrictive)
             if captures is not None:
                 return Match(rule, captures)
         return None

@@ -31,8 +31,13 @@ class MatchSpec:
             return True
         return any(h.matches(host, port) for h in self.hosts)
 
-    def match_rest(self, req: RequestView) -> dict[str, str] | None:
-        """Path captures when path, query, headers and body all match; host is checked apart."""
+    def match_rest(self, req: RequestView, *, restrictive: bool = False) -> dict[str, str] | None:
+        """Path captures when path, query, headers and body all match; host is checked apart.
+
+        A JSON body with duplicate keys is ambiguous (which `amount` will the upstream use?):
+        a `restrictive` rule (hold, deny) matches it whatever its body conditions say, any
+        other rule does not, so an ambiguous body can slip past neither kind.
+        """
         if self.path is None:
             captures: dict[str, str] = {}
         else:
@@ -48,13 +53,15 @@ class MatchSpec:
                 return None
         if self.body:
             doc = req.json  # parsed here, and only here: most requests never need it
+            if req.duplicate_keys:
+                return captures if restrictive else None
             is_json = doc is not NOT_JSON
             for b in self.body:
                 if not b.holds(doc, is_json):
                     return None
         return captures
 
-    def mismatches(self, req: RequestView) -> list[str]:
+    def mismatches(self, req: RequestView, *, restrictive: bool = False) -> list[str]:
         """Every reason this spec does not match `req` (empty when it matches)."""
         reasons: list[str] = []
         if not self.host_matches(req.host, req.port):
@@ -75,6 +82,14 @@ class MatchSpec:
             if not h.holds(values):
                 reasons.append(f"header {h.name}: {_values(values)} fails {h.condition.describe()}")
         doc = req.json if self.body else NOT_JSON
+        if self.body and req.duplicate_keys:
+            if not restrictive:
+                dupes = ", ".join(req.duplicate_keys)
+                reasons.append(
+                    f"body has duplicate keys ({dupes}): an ambiguous body never matches a "
+                    "rule that lets it through"
+                )
+            return reasons
         for b in self.body:
             is_json = doc is not NOT_JSON
             if b.holds(doc, is_json):

@@ -81,18 +81,23 @@ class Rule:
             return None
         if not self.match_spec.host_matches(req.host, req.port):
             return None
-        return self.match_spec.match_rest(req)
+        return self.match_spec.match_rest(req, restrictive=self.restrictive)
+
+    @property
+    def restrictive(self) -> bool:
+        """True for rules that stop a request (hold, deny): they match ambiguous bodies."""
+        return self.action in ("hold", "deny")
 
     def verdict(self, req: RequestView) -> Verdict:
         """Whether this rule matches `req`, with every reason when it does not."""
-        reasons = self.match_spec.mismatches(req)
+        reasons = self.match_spec.mismatches(req, restrictive=self.restrictive)
         if self.methods is not None and req.method not in self.methods:
             # Reasons read in match order: host, method, path, query, headers, body.
             at = 0 if self.match_spec.host_matches(req.host, req.port) else 1
             reasons.insert(at, f"method {req.method} is not {', '.join(sorted(self.methods))}")
         if reasons:
             return Verdict(self, False, tuple(reasons), {})
-        captures = self.match_spec.match_rest(req) or {}
+        captures = self.match_spec.match_rest(req, restrictive=self.restrictive) or {}
         return Verdict(self, True, (), captures)
 
 

@@ -111,6 +111,7 @@ class RequestView:
     """
 
     __slots__ = (
+        "_duplicates",
         "_json",
         "_query",
         "body",
@@ -147,6 +148,7 @@ class RequestView:
         self.url = url
         self._query: list[tuple[str, str]] | None = None
         self._json: Any = _UNPARSED
+        self._duplicates: tuple[str, ...] = ()
 
     @classmethod
     def from_parts(
@@ -197,11 +199,31 @@ class RequestView:
             if not self.body.strip():
                 self._json = NOT_JSON
             else:
+                seen: list[str] = []
+
+                def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+                    obj = dict(items)
+                    if len(obj) != len(items):
+                        names = [k for k, _ in items]
+                        seen.extend(k for k in obj if names.count(k) > 1)
+                    return obj
+
                 try:
-                    self._json = json.loads(self.body)
+                    self._json = json.loads(self.body, object_pairs_hook=pairs)
                 except (ValueError, RecursionError):
                     self._json = NOT_JSON
+                self._duplicates = tuple(dict.fromkeys(seen))
         return self._json
+
+    @property
+    def duplicate_keys(self) -> tuple[str, ...]:
+        """Keys that appear twice in one object of the JSON body (`{"a": 1, "a": 2}`).
+
+        Such a body means different things to different parsers (Python and most servers
+        keep the last value, some the first): rules treat it as ambiguous.
+        """
+        _ = self.json
+        return self._duplicates
 
     @property
     def origin(self) -> str:
