@@ -10,27 +10,16 @@ from typing import Any
 
 import pytest
 
+from tests.admin.browser import ARGS, CHROMIUM, WAIT, require_chromium
 from tests.support import rest
 from tests.support.holding import in_thread
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"Chromium not installed: {CHROMIUM} is missing", allow_module_level=True)
+require_chromium()
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 RULES: list[dict[str, Any]] = [
     {
         "name": "hold-item-writes",
@@ -39,7 +28,6 @@ RULES: list[dict[str, Any]] = [
         "risk": "high",
     }
 ]
-WAIT = 15_000  # ms
 expect.set_options(timeout=WAIT)
 
 
