@@ -86,7 +86,7 @@ async def release(request: web.Request) -> web.Response:
 
 def create_app() -> web.Application:
     """The echo app; `app[RECEIVED]` lists every request it got."""
-    app = web.Application()
+    app = web.Application(client_max_size=32 * 1024 * 1024)  # bodies over 1 MiB are tested
     app[RECEIVED] = []
     app[GATES] = {}
     app.router.add_get("/sse", sse)
