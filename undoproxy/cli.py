@@ -163,6 +163,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 _MARK = {
     "compensated": "ok",
+    "unverified": "??",
     "skipped": "--",
     "planned": "..",
     "conflict": "!!",
@@ -178,15 +179,24 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     what = "Plan for rolling back" if args.dry_run else "Rolling back"
     _out(f"{what} session {args.session}, newest step first:")
     report: dict[str, Any] | None = None
-    for message in _client(args).stream("POST", path, body):
-        if "step" in message:
-            s = message["step"]
-            comp = s.get("compensation")
-            via = f"  via {comp['method']} {comp['url']}" if comp else ""
-            _out(f"  [{_MARK.get(s['status'], '  ')}] #{s['seq']} {s['method']} {s['url']}")
-            _out(f"       {s['status']}: {s['detail']}{via}")
-        elif "done" in message:
-            report = message["done"]
+    try:
+        for message in _client(args).stream("POST", path, body):
+            if "step" in message:
+                s = message["step"]
+                comp = s.get("compensation")
+                via = f"  via {comp['method']} {comp['url']}" if comp else ""
+                _out(f"  [{_MARK.get(s['status'], '  ')}] #{s['seq']} {s['method']} {s['url']}")
+                _out(f"       {s['status']}: {s['detail']}{via}")
+            elif "done" in message:
+                report = message["done"]
+    except KeyboardInterrupt:
+        # Only the watching stops: undoproxy finishes the rollback on its own.
+        print(
+            f"stopped watching; the rollback of {args.session} goes on in undoproxy: "
+            f"see `undoproxy show {args.session}`",
+            file=sys.stderr,
+        )
+        return 130
     if report is None:
         raise UndoproxyError("the rollback ended without a report; check `undoproxy show`")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(report["counts"].items()))
@@ -195,8 +205,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         return 0
     if report["state"] != "rolled_back":
         _out(
-            "Not everything could be undone: see the steps marked XX or !! above. Re-run "
-            "`undoproxy rollback` to retry what is left (--force to overwrite conflicts)."
+            "Not everything could be undone and verified: see the steps marked XX, !! or ?? "
+            "above. Re-run `undoproxy rollback` to retry what is left (--force to overwrite "
+            "conflicts); a step marked ?? was sent but cannot be shown undone: check it by hand."
         )
         return 1
     return 0

@@ -496,7 +496,7 @@ CREATED: list[Any] = [
         f"{API}/contacts/", {}, {"id": "c_9"}, f"{API}/contacts/c_9", id="id-string-trailing-slash"
     ),
     pytest.param(
-        f"{API}/contacts", {}, {"id": "a/b c"}, f"{API}/contacts/a%2Fb%20c", id="id-escaped"
+        f"{API}/contacts", {}, {"id": "a b?c"}, f"{API}/contacts/a%20b%3Fc", id="id-escaped"
     ),
 ]
 
@@ -558,6 +558,55 @@ NOT_CREATED: list[Any] = [
     pytest.param({}, {"id": None}, NOTHING_NAMED, id="null-id"),
     pytest.param({}, {"id": True}, NOTHING_NAMED, id="boolean-id"),
     pytest.param({}, {"id": ""}, NOTHING_NAMED, id="empty-id"),
+    # An id that is a path of its own would make the DELETE hit the collection or its parent.
+    pytest.param(
+        {},
+        {"id": ".."},
+        "the response's id '..' is not a resource name; check by hand what the POST created",
+        id="dot-dot-id",
+    ),
+    pytest.param(
+        {},
+        {"id": "."},
+        "the response's id '.' is not a resource name; check by hand what the POST created",
+        id="dot-id",
+    ),
+    pytest.param(
+        {},
+        {"id": "a/b"},
+        "the response's id 'a/b' contains '/' and would name another path; "
+        "check by hand what the POST created",
+        id="slash-id",
+    ),
+    pytest.param(
+        {"Location": "/contacts/.."},
+        b"",
+        "the created resource's Location /contacts/.. has dot segments; "
+        "delete it by hand if needed",
+        id="location-dot-segments",
+    ),
+    pytest.param(
+        {"Location": "/contacts"},
+        b"",
+        "the created resource's Location /contacts names the request's own URL or a parent "
+        "of it; deleting that would delete more than the POST created",
+        id="location-is-the-collection",
+    ),
+    pytest.param(
+        {"Location": "https://user:pw@crm.example.test/contacts/9"},
+        b"",
+        "the created resource's Location carries credentials (user:password@); "
+        "delete it by hand if needed",
+        id="location-userinfo",
+    ),
+    # A JSON-RPC answer's id echoes the request's id (MCP tools/call, ...).
+    pytest.param(
+        {},
+        {"jsonrpc": "2.0", "id": 2, "result": {"content": []}},
+        f"POST {API}/contacts is a JSON-RPC call: its answer's id echoes the request, it does "
+        "not name a created resource; check by hand what the call did",
+        id="json-rpc-answer",
+    ),
 ]
 
 

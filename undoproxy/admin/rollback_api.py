@@ -1,21 +1,46 @@
 """`POST /api/sessions/{id}/rollback`: compensate a session LIFO and report every step.
 
-Body (all optional): `{"force": bool, "dry_run": bool}`. Answers the report as JSON, or, when
-the caller accepts `application/x-ndjson`, one line per step as it completes and a last line
-`{"done": report}` (the CLI uses that to show progress).
+Body (all optional): `{"force": true|false, "dry_run": true|false}` (JSON booleans only: a
+string such as "false" is refused with 400, never read as true). Answers the report as JSON,
+or, when the caller accepts `application/x-ndjson`, one line per step as it completes and a
+last line `{"done": report}` (the CLI uses that to show progress).
+
+The rollback runs in a task of its own: a client that goes away (Ctrl-C on `undoproxy
+rollback`, a closed page) never stops it half-way; its progress lines are then dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 
 from aiohttp import web
 
 from undoproxy.admin.context import CONTEXT
 from undoproxy.admin.errors import ApiError, json_body
-from undoproxy.rollback import RollbackRefused, StepResult
+from undoproxy.rollback import Report, RollbackRefused, StepResult
 
+log = logging.getLogger(__name__)
 NDJSON = "application/x-ndjson"
+FLAGS = ("force", "dry_run")
+# Rollbacks outlive the request that started them; keep a reference until they finish.
+_RUNNING: set[asyncio.Task[Report]] = set()
+
+
+def _flags(body: dict[str, object]) -> dict[str, bool]:
+    unknown = set(body) - set(FLAGS)
+    if unknown:
+        raise ApiError(400, "bad_request", f"unknown field(s): {', '.join(sorted(unknown))}")
+    flags = {}
+    for name in FLAGS:
+        value = body.get(name, False)
+        if not isinstance(value, bool):
+            raise ApiError(
+                400, "bad_request", f"{name} must be true or false (a JSON boolean), not {value!r}"
+            )
+        flags[name] = value
+    return flags
 
 
 async def rollback_session(request: web.Request) -> web.StreamResponse:
@@ -26,11 +51,8 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
         raise ApiError(404, "not_found", f"no session {session_id!r}")
     if ctx.rollback is None:
         raise ApiError(503, "unavailable", "rollback is not available in this process")
-    body = await json_body(request)
-    unknown = set(body) - {"force", "dry_run"}
-    if unknown:
-        raise ApiError(400, "bad_request", f"unknown field(s): {', '.join(sorted(unknown))}")
-    force, dry_run = bool(body.get("force", False)), bool(body.get("dry_run", False))
+    flags = _flags(await json_body(request))
+    force, dry_run = flags["force"], flags["dry_run"]
     session = ctx.journal.sessions[session_id]
     if session.state == "committed":
         raise ApiError(
@@ -44,30 +66,38 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
             session_id, "the session is being rolled back; this request was never forwarded"
         )
 
-    if NDJSON not in request.headers.get("Accept", ""):
-        try:
-            report = await ctx.rollback.run(session_id, force=force, dry_run=dry_run)
-        except RollbackRefused as exc:
-            raise ApiError(409, "conflict", str(exc)) from None
-        return web.json_response(report.to_json())
-
+    streaming = NDJSON in request.headers.get("Accept", "")
     response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
-    started = False
+    listening = streaming
 
     async def progress(result: StepResult) -> None:
-        nonlocal started
-        if not started:
-            await response.prepare(request)
-            started = True
-        await response.write((json.dumps({"step": result.to_json()}) + "\n").encode())
+        nonlocal listening
+        if not listening:
+            return
+        try:
+            if not response.prepared:
+                await response.prepare(request)
+            await response.write((json.dumps({"step": result.to_json()}) + "\n").encode())
+        except (ConnectionError, RuntimeError) as exc:  # the client went away: carry on
+            listening = False
+            log.info("rollback of %s: the client went away (%s); it goes on", session_id, exc)
 
+    rollback = ctx.rollback
+    task = asyncio.get_running_loop().create_task(
+        rollback.run(session_id, force=force, dry_run=dry_run, progress=progress),
+        name=f"rollback-{session_id}",
+    )
+    _RUNNING.add(task)
+    task.add_done_callback(_RUNNING.discard)
     try:
-        report = await ctx.rollback.run(session_id, force=force, dry_run=dry_run, progress=progress)
+        report = await asyncio.shield(task)
     except RollbackRefused as exc:
-        if started:
+        if response.prepared:
             raise
         raise ApiError(409, "conflict", str(exc)) from None
-    if not started:
+    if not streaming:
+        return web.json_response(report.to_json())
+    if not response.prepared:
         await response.prepare(request)
     await response.write((json.dumps({"done": report.to_json()}) + "\n").encode())
     await response.write_eof()

@@ -12,10 +12,14 @@ The result is the journal's compensation record, a JSON-safe dict:
     after           what the agent's own write produced: {etag, sha256} (drift baseline)
     needs_after_read  True when the response told nothing about the result (a GET is due)
     check_absent    recreate: conflict if the target exists again
+    inferred        chosen by `defaults.compensate: auto`, not by a rule (rollback confirms
+                    an inferred `delete-created` target exists before deleting it)
+    rollback        what rollback did with it so far (see `undoproxy.rollback.report.Attempts`)
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
@@ -25,6 +29,7 @@ from undoproxy.compensators.model import (
     Irreversible,
     NothingToUndo,
     Plan,
+    Snapshot,
     content_hash,
     origin,
     parse_json,
@@ -78,6 +83,53 @@ def _template(plan: Plan, facts: Facts, *, with_response: bool) -> dict[str, Any
     )
 
 
+# Directory listings as web and WebDAV servers render a collection: never a file to PUT back.
+_LISTING = re.compile(rb"<title>\s*(index of|directory listing)", re.IGNORECASE)
+
+
+def collection_reason(snap: Snapshot) -> str | None:
+    """Why the snapshot looks like a collection (a listing or a database), or None.
+
+    Such a snapshot is a view of many resources, not one representation: PUTting it back would
+    write the listing as a new file or make an empty database, and call that restored.
+    """
+    media = (snap.content_type or "").split(";", 1)[0].strip().lower()
+    if media == "httpd/unix-directory":
+        return "the snapshot is a directory (httpd/unix-directory)"
+    if media == "text/html" and _LISTING.search(snap.body[:4096]):
+        return "the snapshot is a directory listing"
+    body = parse_json(snap.body)
+    if urlsplit(snap.url).path.endswith("/") and not isinstance(body, dict):
+        # WebDAV collections end with /; APIs that end every URL with / answer an object.
+        return "the target is a collection (its URL ends with / and it reads as no object)"
+    if isinstance(body, dict) and "db_name" in body and "doc_count" in body:
+        return "the snapshot describes a database (db_name, doc_count), not its documents"
+    return None
+
+
+def restore_headers(snap: Snapshot) -> dict[str, str]:
+    """The snapshot's representation headers a restoring PUT sends back (x-amz-meta-*, ...).
+
+    Content-Type travels as the body's type; Content-Encoding stays behind because the stored
+    body was decoded when it was read (a verification read then reports the difference).
+    """
+    return {
+        k: v
+        for k, v in snap.headers.items()
+        if k.lower() not in ("content-type", "content-encoding")
+    }
+
+
+def _put_back(url: str, snap: Snapshot) -> dict[str, Any]:
+    return request(
+        "PUT",
+        url,
+        snap.body,
+        snap.content_type or "application/json",
+        restore_headers(snap) or None,
+    )
+
+
 def _restore(facts: Facts) -> dict[str, Any]:
     snap = facts.snapshot
     if snap is None:
@@ -85,33 +137,88 @@ def _restore(facts: Facts) -> dict[str, Any]:
     if not snap.existed:
         # The target did not exist before this write: undoing it means deleting it.
         return request("DELETE", snap.url)
-    return request("PUT", snap.url, snap.body, snap.content_type or "application/json")
+    why = collection_reason(snap)
+    if why:
+        raise Irreversible(f"{why}; it cannot be restored by writing the snapshot back")
+    return _put_back(snap.url, snap)
 
 
 def _recreate(facts: Facts) -> dict[str, Any]:
     snap = facts.snapshot
     if snap is None:
         raise Irreversible("no snapshot was taken, so the deleted resource cannot be rebuilt")
-    put = request("PUT", snap.url, snap.body, snap.content_type or "application/json")
+    why = collection_reason(snap)
+    if why:
+        raise Irreversible(
+            f"{why}; deleting it deleted what it contained, which the snapshot does not hold: "
+            "rebuild it by hand"
+        )
+    put = _put_back(snap.url, snap)
     put["fallback"] = request(
         "POST", parent(snap.url), snap.body, snap.content_type or "application/json"
     )
     return put
 
 
+def _is_json_rpc(value: Any) -> bool:
+    return isinstance(value, dict) and "jsonrpc" in value
+
+
+def _created_location(facts: Facts, location: str) -> str:
+    """The URL a `Location` names, refused when deleting it could delete something else."""
+    segments = urlsplit(location).path.split("/")
+    if any(s in (".", "..") for s in segments):
+        raise Irreversible(
+            f"the created resource's Location {location} has dot segments; "
+            "delete it by hand if needed"
+        )
+    url = urljoin(facts.url, location)
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise Irreversible(
+            "the created resource's Location carries credentials (user:password@); "
+            "delete it by hand if needed"
+        )
+    if origin(url) != origin(facts.url):
+        raise Irreversible(
+            f"the created resource's Location {location} is on another "
+            "host; delete it by hand if needed"
+        )
+    own = urlsplit(facts.url).path.rstrip("/") + "/"
+    if own.startswith(parts.path.rstrip("/") + "/"):
+        raise Irreversible(
+            f"the created resource's Location {location} names the request's own URL or a "
+            "parent of it; deleting that would delete more than the POST created"
+        )
+    return url
+
+
+def created_id_problem(created_id: str) -> str | None:
+    """Why an id from a response cannot name a created resource safely, or None."""
+    if created_id in (".", ".."):
+        return f"the response's id {created_id!r} is not a resource name"
+    if "/" in created_id:
+        return f"the response's id {created_id!r} contains '/' and would name another path"
+    return None
+
+
 def _delete_created(facts: Facts) -> dict[str, Any]:
+    body = facts.response_json
+    if _is_json_rpc(body) or _is_json_rpc(facts.request_json):
+        # A JSON-RPC answer's id is the request's id, never something the call created.
+        raise Irreversible(
+            f"{facts.method} {without_query(facts.url)} is a JSON-RPC call: its answer's id "
+            "echoes the request, it does not name a created resource; check by hand what "
+            "the call did"
+        )
     location = facts.response_header("Location")
     if location:
-        url = urljoin(facts.url, location)
-        if origin(url) != origin(facts.url):
-            raise Irreversible(
-                f"the created resource's Location {location} is on another "
-                "host; delete it by hand if needed"
-            )
-        return request("DELETE", url)
-    body = facts.response_json
+        return request("DELETE", _created_location(facts, location))
     created_id = body.get("id") if isinstance(body, dict) else None
     if isinstance(created_id, str | int) and not isinstance(created_id, bool) and created_id != "":
+        problem = created_id_problem(str(created_id))
+        if problem:
+            raise Irreversible(f"{problem}; check by hand what the POST created")
         return request(
             "DELETE", f"{without_query(facts.url).rstrip('/')}/{quote(str(created_id), safe='')}"
         )

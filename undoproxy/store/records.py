@@ -16,10 +16,13 @@ STEP_STATUSES = (
     "succeeded",
     "failed",
     "unknown",
-    "compensated",
+    "compensating",  # written (awaited) before a compensation is sent; a crash leaves it
+    "compensated",  # a read-back showed the target as before the step
+    "unverified",  # a compensation was accepted but cannot be shown to have taken effect
     "compensation_failed",
     "conflict",
     "irreversible",
+    "resolved",  # a person undid it by hand
 )
 
 

@@ -1,0 +1,132 @@
+"""The requests rollback sends, built from a compensation record and checked before they go.
+
+Credentials go only where the agent sent the step (`credentials_for`): a rule template naming
+another host gets none. A request that could not be sent as recorded (a header value with a
+line break, a URL with userinfo or no host) is refused here with the reason, so that one bad
+step never stops a rollback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from undoproxy.compensators.model import parse_json
+from undoproxy.credentials import credentials_for
+
+# Query parameters that make a write conditional on one version of the resource; --force and
+# every read aim at the resource itself (CouchDB `?rev=`, Elasticsearch `?if_seq_no=`).
+PRECONDITION_PARAMS = frozenset(
+    {"rev", "_rev", "if_match", "if-match", "if_seq_no", "if_primary_term"}
+)
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_BAD_VALUE = re.compile(r"[\r\n\x00]")
+IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "PATCH"})
+
+
+class NotSendable(ValueError):
+    """The recorded request cannot be sent as it is; the message says why."""
+
+
+@dataclass
+class Outgoing:
+    """One request of rollback's, ready to send."""
+
+    method: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+
+    @property
+    def idempotent(self) -> bool:
+        """Safe to repeat (retried on 5xx and connection errors)."""
+        return self.method in IDEMPOTENT
+
+    def json_body(self) -> Any:
+        """The body as JSON, or None."""
+        return parse_json(self.body)
+
+    def with_json_body(self, value: Any) -> Outgoing:
+        """The same request with another JSON body."""
+        return Outgoing(self.method, self.url, dict(self.headers), json.dumps(value).encode())
+
+
+def resource_url(url: str) -> str:
+    """The URL without the query parameters that pin one version of the resource."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, v) for k, v in pairs if k.lower() not in PRECONDITION_PARAMS]
+    if len(kept) == len(pairs):
+        return url
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
+
+
+def check_url(url: str) -> None:
+    """Raise NotSendable unless `url` is an absolute http(s) URL with a host and no userinfo."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise NotSendable(f"the URL is not valid ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NotSendable("the URL is not an absolute http(s) URL")
+    if "@" in parts.netloc:
+        raise NotSendable(
+            "the URL carries credentials (user:password@); undoproxy does not send it"
+        )
+    if _BAD_VALUE.search(url) or " " in url:
+        raise NotSendable("the URL contains a line break or a space")
+
+
+def check_headers(headers: Mapping[str, str]) -> None:
+    """Raise NotSendable when a header could not be sent as it is (CRLF injection included)."""
+    for name, value in headers.items():
+        if not _TOKEN.match(name):
+            raise NotSendable(f"the header name {name!r} is not valid")
+        if _BAD_VALUE.search(value):
+            raise NotSendable(f"the header {name} contains a line break")
+
+
+def read_request(
+    url: str, step_url: str, credentials: dict[str, str], accept: str | None
+) -> Outgoing:
+    """A GET of `url` with the agent's credentials where they belong."""
+    check_url(url)
+    headers = credentials_for(url, step_url, credentials)
+    if accept:
+        headers["Accept"] = accept
+    check_headers(headers)
+    return Outgoing("GET", url, headers)
+
+
+def compensation_request(
+    record: dict[str, Any], step_url: str, credentials: dict[str, str], *, force: bool
+) -> Outgoing:
+    """The inverse request a compensation record (or its fallback) describes."""
+    method = str(record.get("method") or "")
+    if not _TOKEN.match(method):
+        raise NotSendable(f"the method {method!r} is not valid")
+    url = str(record.get("url") or "")
+    if force:
+        url = resource_url(url)
+    check_url(url)
+    forward = record.get("credentials") == "forward"
+    headers = credentials_for(url, step_url, credentials, forward=forward)
+    headers.update({str(k): str(v) for k, v in (record.get("headers") or {}).items()})
+    body = None
+    if record.get("body_b64"):
+        try:
+            body = base64.b64decode(record["body_b64"], validate=True)
+        except ValueError:
+            raise NotSendable("the recorded body is not valid base64") from None
+    if body is not None and record.get("content_type"):
+        headers["Content-Type"] = str(record["content_type"])
+    check_headers(headers)
+    return Outgoing(method.upper(), url, headers, body)
