@@ -330,8 +330,7 @@ ERRORS = [
         [
             "config.yaml:7: unknown key 'query' in compensate "
             "(expected one of: body, headers, method, url)",
-            "config.yaml:5: unknown compensate method 'UNDO' (expected one of: CONNECT, "
-            "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT, TRACE)",
+            "config.yaml:5: unknown compensate method 'UNDO' (did you mean 'UNLOCK'?)",
         ],
     ),
     (

@@ -284,3 +284,8 @@ def test_duplicate_keys_are_found_in_nested_objects_only_where_repeated() -> Non
     req = request("POST", "https://x.test/", b'{"a": {"b": 1, "b": 2}, "c": [{"d": 1}, {"d": 2}]}')
     assert req.duplicate_keys == ("b",)
     assert request("POST", "https://x.test/", {"a": 1, "b": 1}).duplicate_keys == ()
+
+
+@pytest.mark.parametrize("method", ["MKCOL", "MOVE", "PROPPATCH", "LOCK", "PURGE", "MKCALENDAR"])
+def test_rules_can_name_webdav_and_other_registered_methods(method: str) -> None:
+    assert captures_of({"method": method, "path": "/dav/{name}"}, method, "https://d.test/dav/a")

@@ -7,14 +7,23 @@ from typing import Any, Final
 
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
 from undoproxy.errors import Location
+from undoproxy.methods import READ_METHODS as READ_METHODS
 from undoproxy.rules.matcher import MatchSpec
 from undoproxy.rules.request import RequestView
 from undoproxy.rules.templates import template_references_snapshot
 
+# The methods a rule may name: IANA's HTTP method registry (WebDAV, CalDAV, versioning
+# included) and PURGE; anything else in a rule is most likely a typo, and is reported.
 HTTP_METHODS: Final = frozenset(
-    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+    {
+        *("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"),
+        *("PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "SEARCH"),
+        *("MKCALENDAR", "REPORT", "ACL", "BIND", "UNBIND", "REBIND", "ORDERPATCH", "QUERY"),
+        *("CHECKIN", "CHECKOUT", "UNCHECKOUT", "VERSION-CONTROL", "BASELINE-CONTROL"),
+        *("MKWORKSPACE", "MKACTIVITY", "MERGE", "LABEL", "UPDATE", "LINK", "UNLINK"),
+        *("MKREDIRECTREF", "UPDATEREDIRECTREF", "PURGE"),
+    }
 )
-READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 RISKS: Final = ("low", "medium", "high", "critical")
 ACTIONS: Final = ("allow", "hold", "deny")
 ON_SNAPSHOT_ERROR: Final = ("block", "proceed")
