@@ -150,11 +150,13 @@ def test_a_signed_request_is_forwarded_as_irreversible_without_a_snapshot(
     assert report["state"] == "rollback_incomplete"
 
 
-def test_a_snapshot_on_another_origin_gets_no_credentials(
+@pytest.mark.parametrize("credentials", ["origin", "forward"])
+def test_a_snapshot_on_another_origin_gets_credentials_only_if_the_rule_forwards_them(
     tmp_path_factory: pytest.TempPathFactory,
     tls_upstream: ThreadedServer,
     plain_upstream: ThreadedServer,
     session_id: str,
+    credentials: str,
 ) -> None:
     rules = [
         {
@@ -162,6 +164,7 @@ def test_a_snapshot_on_another_origin_gets_no_credentials(
             "match": {"method": "PUT", "path": "/pinned/**"},
             "snapshot": {"url": "${request.body.target}"},
             "compensate": "restore",
+            "credentials": credentials,
         }
     ]
     instance = Undoproxy(tmp_path_factory.mktemp("pin"), {"rules": rules}).start()
@@ -171,9 +174,12 @@ def test_a_snapshot_on_another_origin_gets_no_credentials(
         with instance.agent(session_id, headers={"Authorization": "Bearer agent-secret"}) as a:
             r = a.put(f"{tls_upstream.base_url}/pinned/{marker}", json={"target": elsewhere})
         assert r.status_code == 200
-        [stolen] = [x for x in received(plain_upstream) if x.path == f"/steal/{marker}"]
-        assert "Authorization" not in stolen.headers
-        assert "agent-secret" not in repr(stolen.headers)
+        [elsewhere_get] = [x for x in received(plain_upstream) if x.path == f"/steal/{marker}"]
+        if credentials == "origin":
+            assert "Authorization" not in elsewhere_get.headers
+            assert "agent-secret" not in repr(elsewhere_get.headers)
+        else:
+            assert elsewhere_get.headers["Authorization"] == "Bearer agent-secret"
         # The agent's own origin did get its credentials with the PUT.
         [put] = [x for x in received(tls_upstream) if x.path == f"/pinned/{marker}"]
         assert put.headers["Authorization"] == "Bearer agent-secret"

@@ -66,9 +66,15 @@ class Snapshots:
         headers (signatures, dates, content hashes, conditions) are never copied.
         """
         items = list(flow.request.headers.items(multi=True))
+        state = state_of(flow)
+        forward = (
+            state is not None and state.rule is not None and state.rule.credentials == "forward"
+        )
         headers = {
             **snapshot_headers(items),
-            **credentials_for(url, flow.request.url, redact.credential_headers(items)),
+            **credentials_for(
+                url, flow.request.url, redact.credential_headers(items), forward=forward
+            ),
         }
         try:
             resp = await self.client.send_with_retries("GET", url, SNAPSHOT_RETRY, headers)

@@ -12,6 +12,7 @@ from undoproxy.errors import ConfigError, Location
 from undoproxy.rules.conditions import plain_value
 from undoproxy.rules.model import (
     ACTIONS,
+    CREDENTIALS,
     HTTP_METHODS,
     ON_SNAPSHOT_ERROR,
     READ_METHODS,
@@ -35,6 +36,7 @@ RULE_ACTION_KEYS: frozenset[str] = frozenset(
         "compensate",
         "timeout",
         "on_snapshot_error",
+        "credentials",
         "reason",
         "description",
     }
@@ -49,6 +51,7 @@ class RuleActions(TypedDict):
     risk: str
     action: str
     on_snapshot_error: str
+    credentials: str
     snapshot: SnapshotSpec | None
     compensate: str | dict[str, Any] | None
     timeout: float | None
@@ -110,6 +113,7 @@ def parse_actions(
     risk = _choice(d, "risk", RISKS, "medium", loc, problems)
     action = _choice(d, "action", ACTIONS, "allow", loc, problems)
     on_error = _choice(d, "on_snapshot_error", ON_SNAPSHOT_ERROR, "block", loc, problems)
+    credentials = _choice(d, "credentials", CREDENTIALS, "origin", loc, problems)
     snapshot = _snapshot(d, loc, captures, problems)
     compensate = _compensate(d, loc, captures, problems)
     reads_only = bool(methods) and methods is not None and methods <= READ_METHODS
@@ -133,6 +137,7 @@ def parse_actions(
         risk=risk,
         action=action,
         on_snapshot_error=on_error,
+        credentials=credentials,
         snapshot=snapshot,
         compensate=compensate,
         timeout=timeout,

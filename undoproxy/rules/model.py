@@ -27,6 +27,10 @@ HTTP_METHODS: Final = frozenset(
 RISKS: Final = ("low", "medium", "high", "critical")
 ACTIONS: Final = ("allow", "hold", "deny")
 ON_SNAPSHOT_ERROR: Final = ("block", "proceed")
+# Where the agent's credentials may go on undoproxy's own requests (snapshot, verification,
+# compensation): only to the origin of the agent's request, or (forward) wherever the rule's
+# templates point.
+CREDENTIALS: Final = ("origin", "forward")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Rule:
     compensate: str | dict[str, Any] | None = None
     timeout: float | None = None
     on_snapshot_error: str = "block"
+    credentials: str = "origin"
     reason: str | None = None
     description: str | None = None
     match_spec: MatchSpec = field(default_factory=MatchSpec, repr=False)
