@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from undoproxy import __version__
 from undoproxy.client import ADMIN_ENV, AdminClient
@@ -79,6 +79,10 @@ def cmd_env(args: argparse.Namespace) -> int:
         created = client.call("POST", "/api/sessions", {"id": args.session})
         proxy_url = created["proxy_url"]
     bundle = info["ca_bundle"]
+    # The admin API (and loopback) is never reached through the proxy: the CLI's own calls
+    # would otherwise become steps of the session they manage.
+    admin_host = urlsplit(client.base_url).hostname or "127.0.0.1"
+    no_proxy = ",".join(dict.fromkeys(["127.0.0.1", "localhost", "::1", admin_host]))
     values = [
         ("HTTPS_PROXY", proxy_url),
         ("HTTP_PROXY", proxy_url),
@@ -89,6 +93,8 @@ def cmd_env(args: argparse.Namespace) -> int:
         ("CURL_CA_BUNDLE", bundle),
         ("NODE_EXTRA_CA_CERTS", info["ca_cert"]),
         ("NODE_USE_ENV_PROXY", "1"),
+        ("NO_PROXY", no_proxy),
+        ("no_proxy", no_proxy),
     ]
     for name, value in values:
         _out(f"export {name}={shlex.quote(value)}")

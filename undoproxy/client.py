@@ -17,6 +17,11 @@ ADMIN_ENV = "UNDOPROXY_ADMIN"
 TOKEN_ENV = "UNDOPROXY_ADMIN_TOKEN"
 STATE_DIR_ENV = "UNDOPROXY_STATE_DIR"
 
+# Never through a proxy: in a shell where `undoproxy env` was eval'd, urllib would send the
+# CLI's own admin calls (and the admin token) through undoproxy, journaled as the session's
+# steps, and a rollback would try to undo the rollback request itself.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 
 def find_token() -> str | None:
     """UNDOPROXY_ADMIN_TOKEN, else the token `undoproxy run` generated in the state dir."""
@@ -48,7 +53,7 @@ class AdminClient:
         request = self._request(method, path, body)
         request.add_header("Accept", "application/x-ndjson")
         try:
-            with urllib.request.urlopen(request, timeout=None) as response:
+            with _DIRECT.open(request, timeout=None) as response:
                 for line in response:
                     if line.strip():
                         yield json.loads(line)
@@ -86,7 +91,7 @@ class AdminClient:
         """Send one request; the decoded JSON answer (or text with raw=True)."""
         request = self._request(method, path, body)
         try:
-            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
+            with _DIRECT.open(request, timeout=timeout or self.timeout) as response:
                 text = response.read().decode("utf-8")
         except urllib.error.HTTPError as exc:
             raise AdminClientError(self._explain(exc)) from None

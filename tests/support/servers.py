@@ -15,9 +15,14 @@ class ThreadedServer:
     """Runs `app` on an ephemeral port in a daemon thread until stop()."""
 
     def __init__(
-        self, app: web.Application, ssl_context: ssl.SSLContext | None = None, port: int = 0
+        self,
+        app: web.Application,
+        ssl_context: ssl.SSLContext | None = None,
+        port: int = 0,
+        host: str = "127.0.0.1",
     ) -> None:
         self.app = app
+        self.host = host
         self.ssl_context = ssl_context
         self.port = port
         self._loop = asyncio.new_event_loop()
@@ -29,7 +34,7 @@ class ThreadedServer:
     def base_url(self) -> str:
         """http(s)://127.0.0.1:PORT"""
         scheme = "https" if self.ssl_context else "http"
-        return f"{scheme}://127.0.0.1:{self.port}"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def start(self) -> ThreadedServer:
         """Start and wait until listening."""
@@ -47,7 +52,7 @@ class ThreadedServer:
     async def _start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         self.port = self._runner.addresses[0][1]
 
