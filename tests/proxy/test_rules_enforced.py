@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -49,7 +50,6 @@ def test_deny_is_answered_403_and_nothing_reaches_the_upstream(
 ) -> None:
     upstream: ThreadedServer = request.getfixturevalue(upstream_name)
     marker = uuid.uuid4().hex
-    before = len(received(upstream))
     with ruled.agent(session_id) as s:
         r = s.delete(f"{upstream.base_url}/echo/customers/{marker}")
     assert r.status_code == 403
@@ -59,7 +59,7 @@ def test_deny_is_answered_403_and_nothing_reaches_the_upstream(
         "rule": "no-deleting-customers",
         "reason": "agents may not delete customers",
     }
-    assert len(received(upstream)) == before
+    assert [x for x in received(upstream) if marker in x.path] == []
     [step] = steps(ruled, session_id)
     assert (step["status"], step["rule"], step["risk"]) == (
         "denied",
@@ -73,23 +73,29 @@ def test_deny_is_answered_403_and_nothing_reaches_the_upstream(
 def test_allow_passes_and_the_journal_names_the_rule(
     ruled: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
+    shop = uuid.uuid4().hex
     with ruled.agent(session_id) as s:
-        r = s.post(f"{tls_upstream.base_url}/echo/shops/s1/orders", json={"amount": 40})
-    assert r.status_code == 200 and r.json()["body"] == {"amount": 40}
+        r = s.post(f"{tls_upstream.base_url}/echo/shops/{shop}/orders", json={"amount": 40})
+    assert r.status_code == 200
+    [order] = [x for x in received(tls_upstream) if shop in x.path]  # arrived, exactly once
+    assert (order.method, json.loads(order.body)) == ("POST", {"amount": 40})
     [step] = steps(ruled, session_id)
     assert (step["status"], step["rule"], step["action"]) == ("succeeded", "create-orders", "allow")
-    assert step["captures"] == {"shop": "s1"}
+    assert step["captures"] == {"shop": shop}
 
 
 def test_unmatched_mutations_get_defaults_mutations(
     ruled: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
+    shop = uuid.uuid4().hex
+    url = f"{plain_upstream.base_url}/echo/shops/{shop}/orders"
     with ruled.agent(session_id) as s:
-        too_big = s.post(f"{plain_upstream.base_url}/echo/shops/s1/orders", json={"amount": 500})
-        read = s.get(f"{plain_upstream.base_url}/echo/shops/s1/orders")
+        too_big = s.post(url, json={"amount": 500})
+        read = s.get(url)
     assert too_big.status_code == 403
     assert too_big.json()["rule"] == "defaults.mutations"
     assert read.status_code == 200  # reads that match no rule pass
+    assert [x.method for x in received(plain_upstream) if shop in x.path] == ["GET"]
 
 
 def test_a_forged_host_header_does_not_dodge_a_host_rule(
@@ -97,9 +103,11 @@ def test_a_forged_host_header_does_not_dodge_a_host_rule(
 ) -> None:
     # The tunnel goes to 127.0.0.1; the Host header claims another host. Rules match the real
     # destination, which is where mitmproxy sends the request.
-    before = len(received(tls_upstream))
+    marker = uuid.uuid4().hex
     with ruled.agent(session_id) as s:
-        r = s.delete(f"{tls_upstream.base_url}/echo/customers/9", headers={"Host": "harmless.test"})
+        r = s.delete(
+            f"{tls_upstream.base_url}/echo/customers/{marker}", headers={"Host": "harmless.test"}
+        )
     assert r.status_code == 403
     assert r.json()["rule"] == "no-deleting-customers"
-    assert len(received(tls_upstream)) == before
+    assert [x for x in received(tls_upstream) if marker in x.path] == []
