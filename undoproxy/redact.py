@@ -150,12 +150,11 @@ def _is_secret_name(name: str) -> bool:
 _cached_is_secret_name = functools.lru_cache(maxsize=4096)(_is_secret_name)
 
 
-# `name=value` anywhere in text: query strings, form bodies, cookies, log lines. The lookbehind
+# `name=` anywhere in text: query strings, form bodies, cookies, log lines. The lookbehind
 # makes a name start where a name can start, so that scanning stays linear.
-_PAIR = re.compile(
-    r"(?<![\w.\-\[\]%+])([\w.\-\[\]%+]++)([ \t]*+=[ \t]*+)"
-    r"(\"[^\"]*+\"?|'[^']*+'?|[^\s&\"'<>]*+)"
-)
+_NAME_EQ = re.compile(r"(?<![\w.\-\[\]%+])([\w.\-\[\]%+]++)[ \t]*+=[ \t]*+")
+# A secret's value runs to the next space or `&`: over-hiding `;x=1` beats showing a tail.
+_PAIR_VALUE = re.compile(r"\"[^\"]*+\"?|'[^']*+'?|[^\s&\"'<>]*+")
 _USERINFO = re.compile(r"(?<=://)[^/?#\s\"'<>]*@")  # greedy: a password may hold an @
 _HEADER_LINE = re.compile(r"(?m)^([ \t]*+[\w.\-]++[ \t]*+:[ \t]*+)([^\r\n]*+)")
 _JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
@@ -166,11 +165,23 @@ _URL_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,30}://\S*+\Z")
 _FORM_LIKE = re.compile(r"[^=&\s]++(?:=[^&\s]*+)?(?:&[^=&\s]*+(?:=[^&\s]*+)?)*+")
 
 
-def _pair(m: re.Match[str]) -> str:
-    value = m.group(3)
-    if value in ("", REDACTED, REDACTED_IN_URL) or not is_secret_name(unquote_plus(m.group(1))):
-        return m.group(0)
-    return m.group(1) + m.group(2) + REDACTED
+def _pairs(value: str) -> str:
+    """`name=value` pairs with secret names hidden; the scan goes on inside other values, so
+    `next=https://x/?token=...` and `a=1;token=...` are caught too."""
+    out: list[str] = []
+    last = pos = 0
+    while (m := _NAME_EQ.search(value, pos)) is not None:
+        pos = m.end()
+        if not is_secret_name(unquote_plus(m.group(1))):
+            continue
+        matched = _PAIR_VALUE.match(value, pos)
+        end = matched.end() if matched else pos
+        if value[pos:end] not in ("", REDACTED, REDACTED_IN_URL):
+            out.append(value[last:pos] + REDACTED)
+            last = end
+        pos = end
+    out.append(value[last:])
+    return "".join(out)
 
 
 def _inline(value: str) -> str:
@@ -178,7 +189,7 @@ def _inline(value: str) -> str:
     if "://" in value:
         value = _USERINFO.sub(REDACTED + "@", value)
     if "=" in value:
-        value = _PAIR.sub(_pair, value)
+        value = _pairs(value)
     return value
 
 

@@ -235,10 +235,17 @@ def render_url(text: str, ctx: TemplateContext) -> str:
 
 
 def to_text(value: Any) -> str:
-    """A value as it appears inside a larger string: strings as is, the rest as compact JSON."""
+    """A value as it appears inside a larger string: strings as is, the rest as compact JSON.
+
+    Raises TemplateError for a value nested too deep to write.
+    """
     if isinstance(value, str):
         return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        # A body nested near the parser's limit parses, but cannot be written back as text.
+        raise TemplateError("the value is nested too deep to write as text") from None
 
 
 def iter_parts(value: Any) -> list[Part]:
