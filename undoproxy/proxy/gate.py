@@ -12,6 +12,7 @@ from typing import Protocol
 
 from mitmproxy import http
 
+from undoproxy import redact
 from undoproxy.proxy import answers
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.rules import RequestView, RuleSet
@@ -74,7 +75,7 @@ class Gate:
                 log.info(
                     "mutation matched no rule: %s %s (session %s)",
                     flow.request.method,
-                    flow.request.url,
+                    redact.url(flow.request.url),
                     state.session_id,
                 )
         if state.action == "deny":
