@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import time
@@ -24,6 +23,7 @@ from mitmproxy import connection, http
 from undoproxy import redact
 from undoproxy.approvals import badges
 from undoproxy.approvals.diff import UPDATE_METHODS, update_diff
+from undoproxy.approvals.grouping import card_context, grouping_key
 from undoproxy.approvals.queue import ApprovalQueue, Decision
 from undoproxy.errors import JournalError
 from undoproxy.proxy import answers
@@ -41,10 +41,12 @@ PREVIEW_TIMEOUT = 10.0
 
 
 def fingerprint(flow: http.HTTPFlow) -> str:
-    """What makes two requests identical: method, URL and the SHA-256 of the body."""
-    body = hashlib.sha256(flow.request.raw_content or b"").hexdigest()
-    text = f"{flow.request.method}\n{flow.request.url}\n{body}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    """Equal for two requests exactly when the upstream would receive the same bytes (method,
+    URL, every forwarded header, body): only those share an approval."""
+    request = flow.request
+    return grouping_key(
+        request.method, request.url, request.headers.items(multi=True), request.raw_content
+    )
 
 
 class Holds:
@@ -152,7 +154,7 @@ class Holds:
         if raw and len(raw) <= MUTATION_BODY_LIMIT:
             try:
                 parsed = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 parsed = None
             shown = redact.body_text(raw, content_type) or ""
         else:
@@ -176,6 +178,9 @@ class Holds:
                 host=host,
             ),
             "diff": None,
+            # What will really be sent: the headers (secrets tagged, never shown) and any
+            # method override the upstream may act on instead of the method shown.
+            **card_context(request.url, request.headers.items(multi=True), raw, content_type),
         }
         if self.preview is not None and request.method in UPDATE_METHODS:
             try:
