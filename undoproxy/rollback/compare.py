@@ -123,9 +123,12 @@ def header_differences(snap: Snapshot, current: UpstreamResponse) -> list[str]:
     if snap.headers:
         expected = {k.lower(): v for k, v in snap.headers.items()}
         names = sorted(expected.keys() | now.keys())
-    else:  # an older snapshot kept only its Content-Type
-        expected = {"content-type": snap.content_type} if snap.content_type else {}
+    elif snap.content_type:  # a snapshot from before headers were kept: its type only
+        expected = {"content-type": snap.content_type}
         names = sorted(expected)
+    else:  # the snapshot's answer had no representation headers at all
+        expected = {}
+        names = sorted(now)
     out = []
     for name in names:
         was, is_ = expected.get(name), now.get(name)

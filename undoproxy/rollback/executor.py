@@ -66,6 +66,7 @@ class _Go:
 
     current: Read | None = None
     etag: str | None = None  # a strong ETag the target is known to have right now
+    note: str = ""  # why it is sent (again), put before what came of it
 
 
 @dataclass
@@ -338,7 +339,9 @@ class Rollback:
                 )
             as_left = _as_left(current.response, comp)
             if as_left or (run.force and comp["method"] in ("PUT", "DELETE", "PATCH")):
-                return _Go(current, compare.strong_etag(current.etag))
+                why = "the target is as the step left it" if as_left else "--force"
+                note = f"{earlier} and it did not take effect ({why}): sent again; "
+                return _Go(current, compare.strong_etag(current.etag), note)
             return Verdict(
                 "failed",
                 f"{earlier}; the target is neither as before this step nor as the step left "
@@ -352,8 +355,8 @@ class Rollback:
                     "compensated",
                     f"{earlier}; read back, it is gone ({current.why}): nothing was sent again",
                 )
-            if current.state == PRESENT:
-                return _Go(current)  # still there: the earlier DELETE did not apply
+            if current.state == PRESENT:  # still there: the earlier DELETE did not apply
+                return _Go(current, note=f"{earlier} and it is still there: sent again; ")
             return Verdict(
                 "failed",
                 f"{earlier}; the target could not be read to tell whether it took effect "
@@ -422,7 +425,7 @@ class Rollback:
                 f"{out.method} answered HTTP {resp.status}{tries}: {excerpt}",
                 attempts.into(comp),
             )
-        verdict = await self._verify(step, comp, out, answered)
+        verdict = await self._verify(step, comp, out, go.note + answered)
         verdict.compensation = attempts.into(comp)
         return verdict
 

@@ -1,0 +1,246 @@
+"""A step is `compensated` only when a read-back shows it undone; every other outcome says why.
+
+Each test makes the store misbehave the way a real server does, rolls back through a real
+undoproxy, and checks both the report and the store's real state.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.rollback.helpers import AUTH, details, rollback, statuses
+from tests.support import objects
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+
+ORIGINAL = {
+    "content-type": "text/plain",
+    "content-language": "en",
+    "cache-control": "max-age=60",
+    "x-amz-meta-owner": "ada",
+}
+AGENT_HEADERS = {
+    "Content-Type": "text/markdown",
+    "Cache-Control": "no-store",
+    "x-amz-meta-owner": "agent",
+    "x-amz-meta-extra": "1",
+}
+
+
+def seed(store: objects.StoreState, key: str = "report.txt") -> objects.Obj:
+    store.put(key, "quarterly figures v1", **{k.replace("-", "_"): v for k, v in ORIGINAL.items()})
+    return objects.Obj(store.objects[key].body, dict(store.objects[key].headers))
+
+
+def overwrite(up: Undoproxy, server: ThreadedServer, session: str, key: str = "report.txt") -> None:
+    with up.agent(session, headers=AUTH) as s:
+        r = s.put(
+            f"{server.base_url}/o/{key}", data=b"# rewritten by the agent", headers=AGENT_HEADERS
+        )
+        assert r.status_code == 200, r.text
+
+
+def test_a_restore_puts_body_and_metadata_back_and_reads_it_back(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    before = seed(store)
+    overwrite(up, server, session_id)
+    assert store.objects["report.txt"].headers["x-amz-meta-owner"] == "agent"
+
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    assert "read back: matches the snapshot" in details(report)[0]
+    assert store.objects["report.txt"] == before  # body and every metadata header, exactly
+
+
+def test_a_restore_that_loses_metadata_is_failed_saying_what_differs(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    before = seed(store)
+    overwrite(up, server, session_id)
+    store.drop_metadata = True  # the server answers 200 to the restore but keeps no metadata
+
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    [detail] = details(report)
+    assert "PUT answered 200" in detail and "not as it was before" in detail
+    for name in ("x-amz-meta-owner", "content-language", "cache-control"):
+        assert f"header {name} is missing" in detail
+    assert "ada" not in detail  # names, never values
+    assert store.objects["report.txt"].body == before.body
+    assert "x-amz-meta-owner" not in store.objects["report.txt"].headers
+
+    # A second rollback reads first: the target is neither as before nor as the agent left
+    # it, so nothing is sent blind; --force sends it again once the server behaves.
+    puts = len(store.requests("PUT"))
+    again = rollback(up, session_id)
+    assert statuses(again) == ["failed"] and "not sent again" in details(again)[0]
+    assert len(store.requests("PUT")) == puts
+    store.drop_metadata = False
+    forced = rollback(up, session_id, force=True)
+    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    assert store.objects["report.txt"] == before
+
+
+def test_a_server_that_ignores_the_restore_is_failed(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    seed(store)
+    overwrite(up, server, session_id)
+    store.ignore_writes = True
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    assert "the body differs" in details(report)[0]
+    assert store.objects["report.txt"].body == b"# rewritten by the agent"
+
+
+def test_a_delete_that_deletes_nothing_is_failed(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    with up.agent(session_id, headers=AUTH) as s:
+        created = s.post(f"{server.base_url}/o/", data=b"scratch").json()["id"]
+    store.ignore_writes = True  # DELETE answers 204, the object stays (a soft delete)
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    assert "DELETE answered 204, but it is still there" in details(report)[0]
+    assert created in store.objects
+
+    store.ignore_writes = False  # the next rollback reads, finds it, deletes it, reads again
+    again = rollback(up, session_id)
+    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    assert "read back: gone" in details(again)[0]
+    assert created not in store.objects
+
+
+@pytest.mark.parametrize("status", [503, 401, 403])
+def test_an_unreadable_target_before_a_restore_is_failed_and_nothing_is_sent(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str, status: int
+) -> None:
+    before = seed(store)
+    overwrite(up, server, session_id)
+    store.fail_reads, store.read_status = 4, status  # every retry of the drift read fails
+    puts = len(store.requests("PUT"))
+
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    assert f"HTTP {status}" in details(report)[0] and "nothing was sent" in details(report)[0]
+    assert "conflict" not in details(report)[0] and "gone" not in details(report)[0]
+    assert len(store.requests("PUT")) == puts
+
+    store.fail_reads = 0
+    again = rollback(up, session_id)
+    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    assert store.objects["report.txt"] == before
+
+
+@pytest.mark.parametrize("status", [500, 401])
+def test_an_unreadable_target_is_never_taken_for_gone(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str, status: int
+) -> None:
+    before = seed(store)
+    with up.agent(session_id, headers=AUTH) as s:
+        assert s.delete(f"{server.base_url}/o/report.txt").status_code == 204
+    store.put("report.txt", "someone else's new file")  # it exists again...
+    store.fail_reads, store.read_status = 4, status  # ...but cannot be read right now
+
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    assert store.objects["report.txt"].body == b"someone else's new file"  # not overwritten
+    assert not [r for r in store.requests("PUT")]
+
+    store.fail_reads = 0
+    again = rollback(up, session_id)
+    assert statuses(again) == ["conflict"]  # now readable: it exists again
+    del store.objects["report.txt"]
+    last = rollback(up, session_id)
+    assert (last["state"], statuses(last)) == ("rolled_back", ["compensated"])
+    assert store.objects["report.txt"] == before
+
+
+def test_weak_and_strong_etags_of_one_version_are_no_conflict(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    before = seed(store)
+    overwrite(up, server, session_id)
+    store.weak_etags = True  # GETs now say W/"x" where the PUT said "x"
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    assert store.objects["report.txt"] == before
+    restore = store.requests("PUT")[-1]
+    assert "If-Match" not in restore.headers  # a weak ETag can never satisfy If-Match
+
+
+def test_deleting_a_folder_is_irreversible_and_nothing_is_written_back(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    store.put("docs/a.txt", "a", content_type="text/plain")
+    store.put("docs/b.txt", "b", content_type="text/plain")
+    with up.agent(session_id, headers=AUTH) as s:
+        assert s.delete(f"{server.base_url}/o/docs/").status_code == 204
+    assert not store.objects
+
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    assert "directory listing" in details(report)[0] and "by hand" in details(report)[0]
+    assert not store.requests("PUT") and not store.objects  # no listing written back as a file
+
+
+def test_a_json_rpc_answer_id_is_not_a_created_resource(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ticket"}}
+    with up.agent(session_id, headers=AUTH) as s:
+        assert s.post(f"{server.base_url}/mcp", json=call).status_code == 200
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    assert "JSON-RPC" in details(report)[0]
+    assert not store.requests("DELETE") and len(store.tickets) == 1
+
+
+def test_an_inferred_creation_is_confirmed_before_it_is_claimed(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    with up.agent(session_id, headers=AUTH) as s:
+        job = s.post(f"{server.base_url}/v1/jobs", json={"run": "report"}).json()["id"]
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    assert "cannot confirm what the POST created" in details(report)[0]
+    assert f"/v1/jobs/{job}" in details(report)[0]
+    assert not store.requests("DELETE")  # never "compensated: already gone"
+
+
+def test_dry_run_predicts_the_real_run_for_a_resource_written_twice(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    before = seed(store)
+    overwrite(up, server, session_id)
+    with up.agent(session_id, headers=AUTH) as s:
+        s.put(
+            f"{server.base_url}/o/report.txt",
+            data=b"second",
+            headers={"Content-Type": "text/plain"},
+        )
+    plan = rollback(up, session_id, dry_run=True)
+    assert (plan["state"], statuses(plan)) == ("open", ["planned", "planned"])
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
+    assert store.objects["report.txt"] == before
+
+
+def test_dry_run_predicts_a_conflict_once_for_a_resource_written_twice(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    seed(store)
+    overwrite(up, server, session_id)
+    with up.agent(session_id, headers=AUTH) as s:
+        s.put(
+            f"{server.base_url}/o/report.txt",
+            data=b"second",
+            headers={"Content-Type": "text/plain"},
+        )
+    store.put("report.txt", "a person's edit", content_type="text/plain")
+    plan = rollback(up, session_id, dry_run=True)
+    report = rollback(up, session_id)
+    assert statuses(plan) == statuses(report) == ["conflict", "conflict"]
+    assert "newer step #2" in details(report)[1]
+    assert store.objects["report.txt"].body == b"a person's edit"
