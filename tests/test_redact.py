@@ -166,8 +166,8 @@ def test_urls_inside_json_strings_are_redacted() -> None:
         (f"https://api.test/a?key={SECRET}", "https://api.test/a?key=%5Bredacted%5D"),
         (f"https://api.test/a?sig={SECRET}&b=a+b%20c", "https://api.test/a?sig=%5Bredacted%5D&b=a+b%20c"),
         (f"https://app.test/cb?code={SECRET}&state=xyz", "https://app.test/cb?code=%5Bredacted%5D&state=xyz"),
-        (f"https://u:{SECRET}@api.test/", "https://[redacted]@api.test/"),
-        (f"https://u:p@{SECRET}@api.test/", "https://[redacted]@api.test/"),
+        (f"https://u:{SECRET}@api.test/", "https://%5Bredacted%5D@api.test/"),
+        (f"https://u:p@{SECRET}@api.test/", "https://%5Bredacted%5D@api.test/"),
         (f"https://app.test/cb#access_token={SECRET}&x=1", "https://app.test/cb#access_token=%5Bredacted%5D&x=1"),
         (f"https://app.test/a;jsessionid={SECRET}", "https://app.test/a;jsessionid=%5Bredacted%5D"),
         (f"https://api.test/a?x=1;token={SECRET}", "https://api.test/a?x=1;token=%5Bredacted%5D"),
@@ -244,7 +244,7 @@ def test_credential_headers_keep_the_secrets_for_replay() -> None:
 )
 def test_error_texts_hide_secrets(message: str) -> None:
     shown = redact.text(message)
-    assert SECRET not in shown and "[redacted]" in shown
+    assert SECRET not in shown and "redacted" in shown
 
 
 DEEP = "[" * 100_000
@@ -319,3 +319,64 @@ def test_binary_and_empty_bodies() -> None:
     assert redact.body_text(None) is None
     assert redact.body_text(b"") == ""
     assert redact.body_text(b"\xff\xfe\x00") == "<3 bytes of binary data>"
+
+
+async def test_the_unmatched_mutation_log_line_hides_secrets(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from mitmproxy.test import tflow
+
+    from undoproxy.proxy.gate import Gate
+    from undoproxy.proxy.state import KEY, FlowState
+    from undoproxy.rules import RuleSet
+
+    flow = tflow.tflow()
+    flow.request.method = "POST"
+    flow.request.url = f"https://api.test/v1/charges?api_key={SECRET}&amount=5"
+    flow.metadata[KEY] = FlowState(session_id="s1", is_mutation=True)
+    with caplog.at_level("INFO", logger="undoproxy.proxy.gate"):
+        await Gate(RuleSet(), "log", holder=None).request(flow)
+    assert "mutation matched no rule" in caplog.text
+    assert SECRET not in caplog.text and "amount=5" in caplog.text
+
+
+def _leaky_step() -> Any:
+    from undoproxy.store.records import Step
+
+    return Step(
+        id="st1",
+        session_id="s1",
+        seq=1,
+        method="POST",
+        url=f"https://bot:{SECRET}@api.test/v1/x?access_token={SECRET}",
+        is_mutation=True,
+        status="done",
+        captures={"token": SECRET, "id": "42"},
+        request_headers=[["Content-Type", "application/json"], ["X-Amz-Security-Token", SECRET]],
+        request_body=DEEP.encode(),
+        response_status=201,
+        response_headers=[["Location", f"https://api.test/v1/x/42?sig={SECRET}"]],
+        response_body=json.dumps({"id": "42", "usage": {"total_tokens": 7}}).encode(),
+        error=f"GET https://api.test/v1/x?api_key={SECRET} answered HTTP 500",
+        snapshot={"url": f"https://api.test/v1/x?key={SECRET}", "status": 200},
+        compensation={
+            "kind": "delete-created",
+            "method": "DELETE",
+            "url": "https://api.test/v1/x/42",
+        },
+        compensation_status="failed",
+        compensation_detail=f"DELETE https://api.test/v1/x/42?token={SECRET} answered 500",
+    )
+
+
+def test_the_api_and_exports_show_no_secret_and_keep_the_counts() -> None:
+    from undoproxy.admin import export, views
+    from undoproxy.store.records import Session
+
+    step = _leaky_step()
+    shown = json.dumps(views.step_json(step))
+    har = json.dumps(export.har(Session(id="s1", token="t"), [step]))
+    for text in (shown, har):
+        assert SECRET not in text
+        assert "total_tokens" in text and "not parsed" in text
+    assert views.step_json(step)["captures"] == {"token": "[redacted]", "id": "42"}

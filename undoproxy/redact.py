@@ -187,7 +187,7 @@ def _pairs(value: str) -> str:
 def _inline(value: str) -> str:
     """Userinfo in URLs and secret `name=value` pairs hidden; everything else as written."""
     if "://" in value:
-        value = _USERINFO.sub(REDACTED + "@", value)
+        value = _USERINFO.sub(REDACTED_IN_URL + "@", value)
     if "=" in value:
         value = _pairs(value)
     return value
@@ -237,7 +237,7 @@ def url(value: str) -> str:
             end = slash
         at = rest.rfind("@", start, end)
         if at != -1:
-            rest = rest[:start] + REDACTED + rest[at:]
+            rest = rest[:start] + REDACTED_IN_URL + rest[at:]
     if ";" in rest:  # path parameters: /app;jsessionid=...
         head, semi, params = rest.partition(";")
         rest = head + semi + query(params)

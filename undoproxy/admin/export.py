@@ -13,7 +13,7 @@ FORMATS = ("jsonl", "har")
 
 
 def _headers(pairs: list[list[str]] | None) -> list[dict[str, str]]:
-    return [{"name": k, "value": v} for k, v in pairs or []]
+    return [{"name": k, "value": v} for k, v in redact.headers((k, v) for k, v in pairs or [])]
 
 
 def _content_type(pairs: list[list[str]] | None) -> str:

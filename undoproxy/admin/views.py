@@ -31,6 +31,12 @@ def _header_value(headers: list[list[str]] | None, name: str) -> str:
     return ""
 
 
+def _headers(pairs: list[list[str]] | None) -> list[list[str]]:
+    # Stored redacted already; again here so rows journaled before a secret name was added
+    # to redact.py are shown without it too.
+    return [list(p) for p in redact.headers((k, v) for k, v in pairs or [])]
+
+
 def compensation_json(step: Step) -> dict[str, Any] | None:
     """The compensation of a mutation step: what would undo it, and what became of it."""
     if not step.is_mutation:
@@ -41,7 +47,9 @@ def compensation_json(step: Step) -> dict[str, Any] | None:
         "method": comp.get("method"),
         "url": redact.url(comp["url"]) if comp.get("url") else None,
         "status": step.compensation_status,
-        "detail": step.compensation_detail,
+        "detail": redact.text(step.compensation_detail)
+        if step.compensation_detail
+        else step.compensation_detail,
     }
 
 
@@ -61,13 +69,13 @@ def step_json(step: Step) -> dict[str, Any]:
         "rule": step.rule,
         "risk": step.risk,
         "action": step.action,
-        "captures": step.captures or {},
+        "captures": redact.json_value(step.captures or {}),
         "status": step.status,
         "response_status": step.response_status,
         "duration_ms": step.duration_ms,
-        "error": step.error,
+        "error": redact.text(step.error) if step.error else step.error,
         "request": {
-            "headers": step.request_headers or [],
+            "headers": _headers(step.request_headers),
             "body": redact.body_text(step.request_body, req_type),
             "body_length": step.request_body_len,
             "body_sha256": step.request_body_sha256,
@@ -75,7 +83,7 @@ def step_json(step: Step) -> dict[str, Any]:
         "response": None
         if step.response_status is None
         else {
-            "headers": step.response_headers or [],
+            "headers": _headers(step.response_headers),
             "body": redact.body_text(step.response_body, resp_type),
             "body_length": step.response_body_len,
         },
