@@ -380,3 +380,20 @@ def test_the_api_and_exports_show_no_secret_and_keep_the_counts() -> None:
         assert SECRET not in text
         assert "total_tokens" in text and "not parsed" in text
     assert views.step_json(step)["captures"] == {"token": "[redacted]", "id": "42"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"ftp://api.test/x?access_token={SECRET}",
+        f"https://u:{SECRET}@:8443/x",
+        f"https://api.test:99999/x?key={SECRET}",
+        f"https://[::1]x/?sig={SECRET}",
+    ],
+)
+def test_the_rules_engine_errors_name_the_url_redacted(url: str) -> None:
+    from undoproxy.rules import RequestView
+
+    with pytest.raises(ValueError) as info:
+        RequestView.from_parts("GET", url, {}, b"")
+    assert SECRET not in str(info.value)

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 from urllib.parse import parse_qsl, urljoin, urlsplit
 
+from undoproxy import redact
+
 DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 # RFC 3986 unreserved characters: percent-encoding them changes nothing for the server, so a
@@ -89,17 +91,17 @@ def _host_port(netloc: str, default_port: int, url: str) -> tuple[str, int]:
     if hostport.startswith("["):
         host, bracket, rest = hostport[1:].partition("]")
         if not bracket or (rest and not rest.startswith(":")):
-            raise ValueError(f"invalid IPv6 host in URL: {url!r}")
+            raise ValueError(f"invalid IPv6 host in URL: {redact.url(url)!r}")
         port_text = rest[1:]
     else:
         host, _, port_text = hostport.partition(":")
     host = host.lower().rstrip(".")
     if not host:
-        raise ValueError(f"URL has no host: {url!r}")
+        raise ValueError(f"URL has no host: {redact.url(url)!r}")
     if not port_text:
         return host, default_port
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"invalid port in URL: {url!r}")
+        raise ValueError(f"invalid port in URL: {redact.url(url)!r}")
     return host, int(port_text)
 
 
@@ -162,7 +164,7 @@ class RequestView:
         parts = urlsplit(url)
         scheme = parts.scheme  # urlsplit lower-cases it
         if scheme not in DEFAULT_PORTS:
-            raise ValueError(f"not an absolute http(s) URL: {url!r}")
+            raise ValueError(f"not an absolute http(s) URL: {redact.url(url)!r}")
         host, port = _host_port(parts.netloc, DEFAULT_PORTS[scheme], url)
         pairs = headers.items() if isinstance(headers, Mapping) else headers
         folded: dict[str, str] = {}
