@@ -139,6 +139,92 @@ def test_recreate_puts_back_else_posts_to_the_collection(url: str, collection: s
     assert comp["check_absent"] is True
 
 
+@pytest.mark.parametrize("kind", ["restore", "recreate"])
+def test_the_representation_headers_go_back_with_the_body(kind: str) -> None:
+    snap = Snapshot(
+        CONTACT,
+        200,
+        b"figures",
+        content_type="text/plain",
+        headers={
+            "content-type": "text/plain",
+            "content-language": "en",
+            "cache-control": "max-age=60",
+            "content-encoding": "gzip",  # the body was decoded when read: not sent back
+            "x-amz-meta-owner": "ada",
+        },
+    )
+    method = "PUT" if kind == "restore" else "DELETE"
+    comp = prepare(Plan(kind, snapshot_url=CONTACT), facts(method, CONTACT, snap=snap))
+    assert sent(comp) == {
+        "method": "PUT",
+        "url": CONTACT,
+        "body": b"figures",
+        "content_type": "text/plain",
+        "headers": {
+            "content-language": "en",
+            "cache-control": "max-age=60",
+            "x-amz-meta-owner": "ada",
+        },
+    }
+
+
+LISTING = b"<html><head><title>Index of /dav/docs/</title></head><body>...</body></html>"
+COLLECTIONS: list[Any] = [
+    pytest.param(
+        Snapshot(f"{API}/dav/docs/", 200, LISTING, content_type="text/html; charset=utf-8"),
+        "the snapshot is a directory listing",
+        id="html-listing",
+    ),
+    pytest.param(
+        Snapshot(f"{API}/dav/docs", 200, b"", content_type="httpd/unix-directory"),
+        "the snapshot is a directory (httpd/unix-directory)",
+        id="unix-directory",
+    ),
+    pytest.param(
+        Snapshot(f"{API}/dav/docs/", 200, b"", content_type="text/plain"),
+        "the target is a collection (its URL ends with / and it reads as no object)",
+        id="trailing-slash",
+    ),
+    pytest.param(
+        Snapshot(
+            f"{API}/couch/orders",
+            200,
+            b'{"db_name": "orders", "doc_count": 1200, "update_seq": "1-x"}',
+            content_type="application/json",
+        ),
+        "the snapshot describes a database (db_name, doc_count), not its documents",
+        id="couchdb-database",
+    ),
+]
+
+
+@pytest.mark.parametrize(("snap", "why"), COLLECTIONS)
+def test_a_collection_is_never_written_back(snap: Snapshot, why: str) -> None:
+    deleted = prepare(Plan("recreate", snapshot_url=snap.url), facts("DELETE", snap.url, snap=snap))
+    assert deleted["ready"] is False and "method" not in deleted
+    assert deleted["reason"] == (
+        f"{why}; deleting it deleted what it contained, which the snapshot does not hold: "
+        "rebuild it by hand"
+    )
+    changed = prepare(Plan("restore", snapshot_url=snap.url), facts("PATCH", snap.url, snap=snap))
+    assert changed["ready"] is False
+    assert changed["reason"] == f"{why}; it cannot be restored by writing the snapshot back"
+
+
+@pytest.mark.parametrize(
+    "snap",
+    [
+        Snapshot(f"{API}/contacts/7/", 200, b'{"id": 7}', content_type="application/json"),
+        Snapshot(f"{API}/site/index.html", 200, b"<title>Home</title>", content_type="text/html"),
+    ],
+    ids=["object-with-trailing-slash", "an-html-page"],
+)
+def test_a_resource_that_only_resembles_a_collection_is_still_restored(snap: Snapshot) -> None:
+    comp = prepare(Plan("recreate", snapshot_url=snap.url), facts("DELETE", snap.url, snap=snap))
+    assert comp["ready"] is True and comp["method"] == "PUT"
+
+
 @pytest.mark.parametrize("status", [404, 410])
 def test_recreate_of_something_that_did_not_exist_is_a_noop(status: int) -> None:
     p = Plan("recreate", snapshot_url=CONTACT)

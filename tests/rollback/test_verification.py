@@ -157,6 +157,33 @@ def test_an_unreadable_target_is_never_taken_for_gone(
     assert store.objects["report.txt"] == before
 
 
+def test_an_unknown_outcome_is_never_decided_from_an_unreadable_target(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    before = seed(store)
+    with up.agent(session_id, headers=AUTH) as s:
+        r = s.put(
+            f"{server.base_url}/o/report.txt",
+            data=b"applied, answer lost",
+            headers={"Content-Type": "text/plain", "X-Test-Drop": "after"},
+        )
+    assert r.status_code == 502
+    [step] = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+    assert step["status"] == "unknown"
+    store.fail_reads, store.read_status = 4, 401
+
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    assert "whether the request took effect (GET answered HTTP 401)" in details(report)[0]
+    assert len(store.requests("PUT")) == 1  # nothing sent on a guess
+    assert store.objects["report.txt"].body == b"applied, answer lost"
+
+    store.fail_reads = 0
+    again = rollback(up, session_id)
+    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    assert store.objects["report.txt"] == before
+
+
 def test_weak_and_strong_etags_of_one_version_are_no_conflict(
     up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
 ) -> None:

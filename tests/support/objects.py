@@ -15,6 +15,7 @@ Faults a test switches on after the agent's writes, each how some real server be
     fail_reads      this many GETs answer `read_status` (503 with Retry-After: 0, or 401)
     weak_etags      GET answers `W/"..."` where PUT answered `"..."` (nginx with gzip)
     gate            PUTs and DELETEs wait until it is set (to stop undoproxy mid-send)
+`X-Test-Drop: after` on an agent's PUT applies it, then drops the connection unanswered.
 Every request an undoproxy test makes needs `Authorization: Bearer <token>` when a token is set.
 """
 
@@ -106,7 +107,12 @@ async def gatekeeper(request: web.Request, handler: Any) -> web.StreamResponse:
         return web.json_response(
             {"error": "unavailable"}, status=state.read_status, headers={"Retry-After": "0"}
         )
-    return await handler(request)
+    response = await handler(request)
+    if request.method == "PUT" and request.headers.get("X-Test-Drop") == "after":
+        assert request.transport is not None
+        request.transport.close()
+        raise asyncio.CancelledError
+    return response
 
 
 def _listing(state: StoreState, prefix: str) -> web.Response:
