@@ -58,6 +58,15 @@ SECRET_NAMES = [
     "user.password",
     "credentials",
     "passphrase",
+    "key_value",
+    "key_material",
+    "token_value",
+    "token_hash",
+    "oauth_token_secret",
+    "password_confirmation",
+    "authentication",
+    "X-Hub-Signature-256",
+    "Ocp-Apim-Subscription-Key",
 ]
 
 PLAIN_NAMES = [
@@ -106,6 +115,19 @@ PLAIN_NAMES = [
     "secret_name",
     "Content-Type",
     "email",
+    "key_points",
+    "keyFindings",
+    "key_id",
+    "token_ids",
+    "prompt_token_ids",
+    "token_type_ids",
+    "token_logprobs",
+    "token_budget",
+    "budget_tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-tokens-remaining",
+    "thoughtsTokenCount",
     "",
 ]
 

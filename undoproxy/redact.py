@@ -50,7 +50,8 @@ CREDENTIAL_HEADERS = frozenset(
 SECRET_PARTS = frozenset(
     {
         "password", "passwd", "pwd", "passphrase", "passcode",
-        "secret", "secrets", "token", "auth", "authorization", "credential", "credentials",
+        "secret", "secrets", "token", "auth", "authorization", "authentication", "credential",
+        "credentials",
         "cookie", "cookies", "session", "signature", "sig", "key", "apikey", "jwt", "bearer",
         "otp", "totp", "cvc", "cvv", "csrf", "xsrf",
         "accesstoken", "refreshtoken", "idtoken", "authtoken", "sessiontoken", "csrftoken",
@@ -67,7 +68,8 @@ DESCRIPTOR_PARTS = frozenset(
         "methods", "scheme", "algorithm", "alg", "version", "format", "name", "names", "field",
         "param", "prefix", "hint", "url", "uri", "endpoint", "provider", "mode", "status",
         "required", "enabled", "policy", "ttl", "timeout", "duration", "lifetime", "expires",
-        "expiry", "expiration",
+        "expiry", "expiration", "ids", "logprob", "logprobs", "budget", "detail", "details",
+        "info",
     }
 )  # fmt: skip
 # A name starting with one of these counts something: `max_token`, `num_keys`.
@@ -88,6 +90,13 @@ _PUBLIC_KEY_QUALIFIERS = frozenset(
 _PUBLIC_TOKEN_QUALIFIERS = frozenset(
     {"page", "next", "prev", "previous", "continuation", "pagination", "sync", "cursor",
      "idempotency"}
+)  # fmt: skip
+# `key` and `token` name a credential at the end of a name (`api_key`, `access_token`); before
+# another part only when that part is the credential's value (`key_material`), so that
+# `key_points`, `key_id`, `token_ids` and `token_logprobs` keep their meaning.
+_VALUE_PARTS = frozenset(
+    {"value", "data", "material", "pem", "string", "text", "content", "base64", "b64", "bytes",
+     "json", "hash", "raw", "plain", "plaintext", "encoded", "secret", "header"}
 )  # fmt: skip
 # `code` alone is an OAuth authorization code; `status_code` and `country_code` are not secret.
 _CODE_QUALIFIERS = frozenset(
@@ -135,6 +144,8 @@ def _is_secret_name(name: str) -> bool:
             if part == "key" and before in _PUBLIC_KEY_QUALIFIERS:
                 continue
             if part == "token" and before in _PUBLIC_TOKEN_QUALIFIERS:
+                continue
+            if part in ("key", "token") and after and after not in _VALUE_PARTS:
                 continue
             return True
         if part in _PLURALS and before in _PLURAL_QUALIFIERS:
@@ -258,10 +269,7 @@ def loads(text: str | bytes) -> Any:
     Never RecursionError: `json.loads` raises that on deep input, and a check after parsing
     catches what it let through.
     """
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    value = _parse(text)
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -274,6 +282,13 @@ def loads(text: str | bytes) -> Any:
                     raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
                 stack.append((child, depth + 1))
     return value
+
+
+def _parse(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from None
 
 
 def json_value(value: Any) -> Any:
@@ -418,7 +433,7 @@ def body_text(body: bytes | None, content_type: str = "") -> str | None:
     except UnicodeDecodeError:
         return f"<{len(body)} bytes of binary data>"
     try:
-        value = _walk(loads(decoded), 0, strict=True)
+        value = _walk(_parse(decoded), 0, strict=True)  # strict: TooDeep past MAX_DEPTH
         return json.dumps(value, indent=2, ensure_ascii=False)
     except TooDeep:
         return not_parsed(decoded)
