@@ -20,7 +20,9 @@ def test_every_named_compensator_is_documented(name: str) -> None:
     assert f"`{name}`" in DOC
 
 
-@pytest.mark.parametrize("status", ["compensated", "failed", "conflict", "irreversible", "skipped"])
+@pytest.mark.parametrize(
+    "status", ["compensated", "unverified", "failed", "conflict", "irreversible", "skipped"]
+)
 def test_every_rollback_status_is_documented(status: str) -> None:
     assert f"**`{status}`**" in DOC  # each has its "what to do" entry
     assert f"| `{status}` |" in DOC  # and its row in the status table
