@@ -98,13 +98,20 @@ def test_json_keeps_its_shape(doc: Any) -> None:
     if isinstance(doc, dict):
         assert list(shown) == list(doc)
     assert redact.json_value(shown) == shown  # redacting twice changes nothing more
-    assert redact.body_text(json.dumps(doc).encode()) is not None
+    for ascii_only in (True, False):
+        shown = redact.body_text(
+            json.dumps(doc, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+        )
+        assert shown is not None
+        shown.encode("utf-8")
 
 
 @FUZZ
 @given(st.binary(max_size=200), text)
 def test_any_body_is_shown_without_an_exception(body: bytes, content_type: str) -> None:
-    redact.body_text(body, content_type)
+    shown = redact.body_text(body, content_type)
+    assert shown is not None
+    shown.encode("utf-8")  # the page and the exports can write it
 
 
 @FUZZ

@@ -168,12 +168,24 @@ def test_everything_under_a_secret_key_is_redacted_whole(value: Any) -> None:
     assert redact.json_value({"password": value, "n": 1}) == {"password": "[redacted]", "n": 1}
 
 
-def test_secret_named_env_var_entries_hide_their_value() -> None:
-    env = [{"name": "DB_PASSWORD", "value": SECRET}, {"name": "HOME", "value": "/root"}]
-    assert redact.json_value(env) == [
-        {"name": "DB_PASSWORD", "value": "[redacted]"},
+def test_secret_named_name_value_entries_hide_their_value() -> None:
+    pairs = [
+        {"name": "DB_PASSWORD", "value": SECRET},
         {"name": "HOME", "value": "/root"},
+        {"Key": "api_key", "Value": SECRET},
+        {"key": "Authorization", "value": SECRET},
     ]
+    shown = redact.json_value(pairs)
+    assert SECRET not in json.dumps(shown)
+    assert shown[0] == {"name": "DB_PASSWORD", "value": "[redacted]"}
+    assert shown[1] == {"name": "HOME", "value": "/root"}
+
+
+def test_a_body_with_a_lone_surrogate_is_shown_as_encodable_text() -> None:
+    shown = redact.body_text(b'{"a": "\\ud800", "b": "caf\xc3\xa9"}')
+    assert shown is not None
+    shown.encode("utf-8")
+    assert json.loads(shown) == {"a": "\ud800", "b": "caf\u00e9"}
 
 
 def test_urls_inside_json_strings_are_redacted() -> None:

@@ -173,6 +173,7 @@ _JSON_COLON = re.compile(r"\s*+:\s*+")
 _JSON_SCALAR = re.compile(r"[^,}\]\s]*+")
 _XML_ELEMENT = re.compile(r"<([\w:.\-]++)((?:\s[^<>]*+)?)>([^<]*+)</\1\s*>")
 _URL_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,30}://\S*+\Z")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _FORM_LIKE = re.compile(r"[^=&\s]++(?:=[^&\s]*+)?(?:&[^=&\s]*+(?:=[^&\s]*+)?)*+")
 
 
@@ -294,8 +295,9 @@ def _parse(text: str | bytes) -> Any:
 def json_value(value: Any) -> Any:
     """A JSON value with everything under secret-named fields replaced, whole.
 
-    Strings that are URLs are redacted as URLs; `{"name": "DB_PASSWORD", "value": ...}` hides
-    its value. Containers nested deeper than MAX_DEPTH are replaced by a note.
+    Strings that are URLs are redacted as URLs; `{"name": "DB_PASSWORD", "value": ...}` and
+    `{"Key": "api_key", "Value": ...}` hide their value. Containers nested deeper than
+    MAX_DEPTH are replaced by a note.
     """
     return _walk(value, 0, strict=False)
 
@@ -306,11 +308,10 @@ def _walk(value: Any, depth: int, *, strict: bool) -> Any:
             raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
         return TOO_DEEP
     if isinstance(value, Mapping):
-        named = value.get("name")
-        hide_value = isinstance(named, str) and "value" in value and is_secret_name(named)
+        hidden = _named_value(value)
         return {
             k: REDACTED
-            if is_secret_name(str(k)) or (hide_value and k == "value")
+            if k == hidden or is_secret_name(str(k))
             else _walk(v, depth + 1, strict=strict)
             for k, v in value.items()
         }
@@ -319,6 +320,18 @@ def _walk(value: Any, depth: int, *, strict: bool) -> Any:
     if isinstance(value, str) and "://" in value and _URL_LIKE.match(value):
         return url(value)
     return value
+
+
+def _named_value(pair: Mapping[Any, Any]) -> str | None:
+    """`value` of `{"name": "DB_PASSWORD", "value": ...}` (env vars, AWS tags, HAR headers)."""
+    for name_key, value_key in _NAME_VALUE_KEYS:
+        named = pair.get(name_key)
+        if isinstance(named, str) and value_key in pair and is_secret_name(named):
+            return value_key
+    return None
+
+
+_NAME_VALUE_KEYS = (("name", "value"), ("key", "value"), ("Name", "Value"), ("Key", "Value"))
 
 
 def _json_text(text: str) -> str:
@@ -434,7 +447,10 @@ def body_text(body: bytes | None, content_type: str = "") -> str | None:
         return f"<{len(body)} bytes of binary data>"
     try:
         value = _walk(_parse(decoded), 0, strict=True)  # strict: TooDeep past MAX_DEPTH
-        return json.dumps(value, indent=2, ensure_ascii=False)
+        shown = json.dumps(value, indent=2, ensure_ascii=False)
+        if _SURROGATE.search(shown):  # "\ud800" parses to a str no page can encode
+            shown = json.dumps(value, indent=2)
+        return shown
     except TooDeep:
         return not_parsed(decoded)
     except ValueError:
