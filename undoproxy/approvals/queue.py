@@ -6,7 +6,8 @@ of: approved or denied by a person (`decide`), timed out (its timer), expired (e
 waiting on it disconnected, or undoproxy stopped). The first decision wins: the state is
 claimed in memory before anything is awaited, so a second one finds it taken and gets 409.
 
-Usage from a hook:
+Usage from a hook (the fingerprint is `grouping.grouping_key` of the request: only
+byte-identical requests, headers included, share an approval):
 
     pending = queue.find(session_id, fingerprint) or queue.open(approval)
     queue.join(pending, step_id, flow_id, client_id)
