@@ -19,6 +19,7 @@ The dry run goes through 1-3 (reads only) and stops where the real run would sen
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -117,10 +118,12 @@ class Rollback:
         if session_id in self._running:
             raise RollbackRefused(f"a rollback of session {session_id!r} is already running")
         self._running.add(session_id)
+        started = False
         try:
             await self.journal.writer.flush()
             if not dry_run:
                 await self.journal.set_session_state(session_id, "rolling_back")
+                started = True
             steps = await self.journal.steps(session_id, mutations_only=True)
             run = _Run(force, dry_run)
             results = []
@@ -144,6 +147,11 @@ class Rollback:
                 state = "rolled_back" if complete else "rollback_incomplete"
                 await self.journal.set_session_state(session_id, state)
             return Report(session_id, state, results, dry_run)
+        except Exception:
+            if started:  # never left `rolling_back` by an error outside the steps
+                with contextlib.suppress(Exception):
+                    await self.journal.set_session_state(session_id, "rollback_incomplete")
+            raise
         finally:
             self._running.discard(session_id)
 
@@ -316,8 +324,9 @@ class Rollback:
         if attempts.recreated_at:
             return Verdict(
                 "unverified",
-                f"an earlier rollback recreated it with POST at "
-                f"{redact.url(attempts.recreated_at)}, under a new URL; {RESOLVE}",
+                f"an earlier rollback sent a POST to recreate it ("
+                f"{redact.url(attempts.recreated_at)}), under a new URL; a POST is never sent "
+                f"twice: {RESOLVE}",
             )
         snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
         if snap is not None:
@@ -391,13 +400,26 @@ class Rollback:
             resp = await self._request(out)
             if resp.status in (404, 405) and comp.get("fallback"):
                 first = resp.status
-                fallback = compensation_request(
-                    comp["fallback"], step.url, credentials, force=run.force
-                )
-                resp = await self._request(fallback)
+                out = compensation_request(comp["fallback"], step.url, credentials, force=run.force)
+                # A POST is never repeated: recorded before it goes, a later rollback that finds
+                # this reports the step unverified instead of posting again.
+                attempts.recreated_at = out.url
+                try:
+                    await self.journal.update_now(step, compensation=attempts.into(comp))
+                except JournalError as exc:
+                    attempts.recreated_at = None
+                    return Verdict(
+                        "failed",
+                        f"PUT answered {first}, and the POST to recreate it could not be "
+                        f"recorded before sending ({exc}); nothing was posted",
+                        attempts.into(comp),
+                    )
+                resp = await self._request(out)
                 attempts.answer = resp.status
                 if 200 <= resp.status < 300:
-                    return await self._verify_recreated(step, comp, attempts, fallback, resp, first)
+                    return await self._verify_recreated(step, comp, attempts, out, resp, first)
+                if not attempts.may_have_applied:
+                    attempts.recreated_at = None  # refused: nothing was created
         except UpstreamError as exc:
             return Verdict(
                 "failed",
