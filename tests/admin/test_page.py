@@ -4,6 +4,7 @@ timeline and roll it back. Screenshots of every view are saved under each test's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,32 @@ def test_sessions_timeline_and_rollback(
     expect(page.locator("#rollback")).to_be_disabled()
     page.screenshot(path=tmp_path / "rollback.png", full_page=True)
     assert state.snapshot() == before
+
+
+def test_a_method_override_is_called_out_and_credentials_are_hidden(
+    page: Page,
+    up: Undoproxy,
+    api: ThreadedServer,
+    state: rest.RestState,
+    session_id: str,
+    tmp_path: Path,
+) -> None:
+    state.items["o1"] = {"id": "o1", "name": "Ada"}
+    headers = {"X-HTTP-Method-Override": "DELETE", "Authorization": "Bearer sk-page-secret"}
+    held = in_thread(
+        lambda: up.agent(session_id, headers=headers).put(
+            f"{api.base_url}/items/o1", json={"id": "o1", "name": "Ada"}, timeout=60
+        )
+    )
+    card = page.locator(".card", has_text=session_id)
+    banner = card.locator("div.override")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text("asks the server to act as DELETE")
+    expect(card.locator("table.headers tr.override")).to_contain_text("X-HTTP-Method-Override")
+    auth = card.locator("table.headers tr", has_text="Authorization")
+    expect(auth.locator("td")).to_have_text(re.compile(r"^\[redacted\] · [0-9a-f]{8}$"))
+    assert "sk-page-secret" not in page.content()
+    page.screenshot(path=tmp_path / "queue-override.png", full_page=True)
+    card.locator("button.deny").click()
+    assert held.result(20).status_code == 403
+    assert "o1" in state.items

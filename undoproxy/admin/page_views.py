@@ -121,6 +121,7 @@ def _headers(item: dict[str, Any]) -> Markup:
         el("summary", f"Request headers · {len(headers)}"),
         el("table", el("tbody", *rows), class_="headers"),
         class_="headers",
+        open=True,
     )
 
 
