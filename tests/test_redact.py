@@ -431,3 +431,29 @@ def test_the_rules_engine_errors_name_the_url_redacted(url: str) -> None:
     with pytest.raises(ValueError) as info:
         RequestView.from_parts("GET", url, {}, b"")
     assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "url", "response"),
+    [
+        ("delete-created", "https://api.test/c", {"Location": f"/c/../x?sig={SECRET}"}),
+        (
+            "delete-created",
+            "https://api.test/c",
+            {"Location": f"https://evil.test/c/1?key={SECRET}"},
+        ),
+        ("delete-created", "https://api.test/c/1", {"Location": f"/c?access_token={SECRET}"}),
+        ("delete-created", f"https://bot:{SECRET}@api.test/c", {}),
+        ("github.delete-comment", f"https://bot:{SECRET}@api.test/x?token={SECRET}", {}),
+    ],
+)
+def test_why_a_step_is_irreversible_names_urls_redacted(
+    kind: str, url: str, response: dict[str, str]
+) -> None:
+    from undoproxy.compensators import build
+    from undoproxy.compensators.model import Facts, Plan
+
+    plan = Plan(kind)
+    facts = Facts("POST", url, response_status=201, response_headers=response)
+    comp = build.complete(plan, build.prepare(plan, facts), facts)
+    assert comp.get("reason") and SECRET not in comp["reason"]

@@ -23,6 +23,7 @@ import re
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
+from undoproxy import redact
 from undoproxy.compensators import packs
 from undoproxy.compensators.model import (
     Facts,
@@ -169,7 +170,7 @@ def _created_location(facts: Facts, location: str) -> str:
     segments = urlsplit(location).path.split("/")
     if any(s in (".", "..") for s in segments):
         raise Irreversible(
-            f"the created resource's Location {location} has dot segments; "
+            f"the created resource's Location {redact.url(location)} has dot segments; "
             "delete it by hand if needed"
         )
     url = urljoin(facts.url, location)
@@ -181,14 +182,14 @@ def _created_location(facts: Facts, location: str) -> str:
         )
     if origin(url) != origin(facts.url):
         raise Irreversible(
-            f"the created resource's Location {location} is on another "
+            f"the created resource's Location {redact.url(location)} is on another "
             "host; delete it by hand if needed"
         )
     own = urlsplit(facts.url).path.rstrip("/") + "/"
     if own.startswith(parts.path.rstrip("/") + "/"):
         raise Irreversible(
-            f"the created resource's Location {location} names the request's own URL or a "
-            "parent of it; deleting that would delete more than the POST created"
+            f"the created resource's Location {redact.url(location)} names the request's own "
+            "URL or a parent of it; deleting that would delete more than the POST created"
         )
     return url
 
@@ -207,9 +208,9 @@ def _delete_created(facts: Facts) -> dict[str, Any]:
     if _is_json_rpc(body) or _is_json_rpc(facts.request_json):
         # A JSON-RPC answer's id is the request's id, never something the call created.
         raise Irreversible(
-            f"{facts.method} {without_query(facts.url)} is a JSON-RPC call: its answer's id "
-            "echoes the request, it does not name a created resource; check by hand what "
-            "the call did"
+            f"{facts.method} {redact.url(without_query(facts.url))} is a JSON-RPC call: its "
+            "answer's id echoes the request, it does not name a created resource; check by "
+            "hand what the call did"
         )
     location = facts.response_header("Location")
     if location:
@@ -223,7 +224,7 @@ def _delete_created(facts: Facts) -> dict[str, Any]:
             "DELETE", f"{without_query(facts.url).rstrip('/')}/{quote(str(created_id), safe='')}"
         )
     raise Irreversible(
-        f"the response to {facts.method} {without_query(facts.url)} names "
+        f"the response to {facts.method} {redact.url(without_query(facts.url))} names "
         "nothing it created (no Location header, no id): check by hand what "
         "it created"
     )

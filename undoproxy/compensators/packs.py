@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from undoproxy import redact
 from undoproxy.compensators.model import Facts, Irreversible, NothingToUndo, origin
 from undoproxy.compensators.model import inverse_request as _request
 
@@ -41,7 +42,9 @@ def github_delete_comment(facts: Facts) -> dict[str, Any]:
     comment_id = _field(facts, "id")
     segments = urlsplit(facts.url).path.split("/")
     if "repos" not in segments or len(segments) < segments.index("repos") + 3:
-        raise Irreversible(f"{facts.url} is not a repository URL, so the comment's URL is unknown")
+        raise Irreversible(
+            f"{redact.url(facts.url)} is not a repository URL, so the comment's URL is unknown"
+        )
     at = segments.index("repos")
     repo = "/".join(segments[: at + 3])  # [/api/v3]/repos/{owner}/{repo}
     return _request("DELETE", urljoin(facts.url, f"{repo}/issues/comments/{comment_id}"))
