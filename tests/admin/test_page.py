@@ -4,14 +4,16 @@ timeline and roll it back. Screenshots of every view are saved under each test's
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
-from tests.admin.browser import ARGS, CHROMIUM, WAIT, require_chromium
+from tests.admin.browser import ARGS, CHROMIUM, PAGE_KEY, WAIT, require_chromium
 from tests.support import rest
 from tests.support.holding import in_thread
 from tests.support.proc import Undoproxy
@@ -219,3 +221,32 @@ def test_a_method_override_is_called_out_and_credentials_are_hidden(
     card.locator("button.deny").click()
     assert held.result(20).status_code == 403
     assert "o1" in state.items
+
+
+def test_a_wrong_token_is_refused_and_signing_out_ends_the_page_key(
+    browser: Browser, up: Undoproxy
+) -> None:
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(WAIT)
+    page.goto(up.admin_url + "/sessions")
+    page.fill("input[name=token]", "not-the-admin-token")
+    page.fill("input[name=name]", "Eve")
+    page.click("button[type=submit]")
+    expect(page.locator("#signin-error")).to_have_text("That is not the admin token.")
+    assert page.evaluate(f"sessionStorage.getItem('{PAGE_KEY}')") is None
+
+    page.fill("input[name=token]", up.token)
+    page.click("button[type=submit]")
+    expect(page.locator("#sessions")).to_be_visible()  # straight to the view asked for
+    key = json.loads(page.evaluate(f"sessionStorage.getItem('{PAGE_KEY}')"))["key"]
+    as_page = {"Authorization": f"Bearer {key}"}
+    assert requests.get(f"{up.admin_url}/api/approvals", headers=as_page, timeout=10).ok
+
+    page.click("#signout")
+    expect(page.locator("h1")).to_have_text("Sign in")
+    assert page.evaluate(f"sessionStorage.getItem('{PAGE_KEY}')") is None
+    gone = requests.get(f"{up.admin_url}/api/approvals", headers=as_page, timeout=10)
+    assert gone.status_code == 401
+    assert context.cookies() == []
+    context.close()

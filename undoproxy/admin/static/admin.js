@@ -72,6 +72,7 @@
     document.title = "Sign in · undoproxy";
     showError(document.getElementById("signin-error"), message || "");
     document.getElementById("signin").addEventListener("submit", signIn);
+    document.querySelector("#signin input[name=token]").focus();
   }
 
   async function signIn(event) {
@@ -80,12 +81,17 @@
     const error = document.getElementById("signin-error");
     const token = form.elements.token.value.trim();
     const name = form.elements.name.value.trim();
-    const response = await fetch("/api/signin", {
-      method: "POST",
-      credentials: "omit",
-      headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
-      body: JSON.stringify({ name }),
-    });
+    let response;
+    try {
+      response = await fetch("/api/signin", {
+        method: "POST",
+        credentials: "omit",
+        headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+        body: JSON.stringify({ name }),
+      });
+    } catch (e) {
+      return showError(error, `undoproxy did not answer: ${e.message}`);
+    }
     let data = null;
     try {
       data = await response.json();
@@ -108,11 +114,14 @@
   }
 
   async function signOutClicked() {
-    const key = signedIn && signedIn.key;
-    signOut("");
-    if (key) {
-      await fetch("/api/signout", { method: "POST", credentials: "omit", headers: { Authorization: `Bearer ${key}` } });
+    // Forget the key server-side first (the page shows signed out only once it is gone);
+    // if undoproxy does not answer, the key still leaves this tab.
+    try {
+      await fetch("/api/signout", { method: "POST", credentials: "omit", headers: auth() });
+    } catch (_) {
+      // nothing more to do: the key is dropped below, and the server's copy idles out
     }
+    signOut("");
   }
 
   function showError(node, message) {
