@@ -93,11 +93,12 @@ class UpstreamClient:
                 return UpstreamResponse(resp.status, dict(resp.headers), data)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(
-                f"{method} {redact.url(url)}: {type(exc).__name__}: {exc}".rstrip(": ")
+                f"{method} {redact.url(url)}: {type(exc).__name__}: {redact.text(str(exc))}"
             ) from None
         except ValueError as exc:  # a header value with CR/LF, a URL aiohttp cannot send
             raise UpstreamError(
-                f"{method} {redact.url(url)} cannot be sent: {type(exc).__name__}: {exc}"
+                f"{method} {redact.url(url)} cannot be sent: {type(exc).__name__}: "
+                f"{redact.text(str(exc))}"
             ) from None
 
     async def send_with_retries(

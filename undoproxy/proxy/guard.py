@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -136,13 +137,15 @@ class FailClosed:
     def _failed(self, hook: str, addon: Any, flow: http.HTTPFlow, exc: Exception) -> None:
         self.failures += 1
         where = f"{type(addon).__name__}.{hook}"
+        # The traceback goes to the log as text, redacted: an exception's message may carry
+        # a URL or a header value of the request.
         log.error(
-            "internal error in %s on %s %s: %s",
+            "internal error in %s on %s %s: %s\n%s",
             where,
             flow.request.method,
             redact.url(flow.request.pretty_url),
             type(exc).__name__,
-            exc_info=exc,
+            redact.text("".join(traceback.format_exception(exc))).rstrip(),
         )
         if hook == "error":
             return

@@ -72,7 +72,7 @@ class Holds:
         try:
             await self._hold(flow, state, timeout or self.default_timeout)
         except Exception:
-            log.exception("holding %s %s failed", flow.request.method, flow.request.url)
+            log.exception("holding %s %s failed", flow.request.method, redact.url(flow.request.url))
             if flow.response is None:
                 self._refuse(flow, state, None, Decision("denied", "undoproxy failed to hold it"))
 

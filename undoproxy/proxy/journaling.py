@@ -14,6 +14,7 @@ import time
 
 from mitmproxy import http
 
+from undoproxy import redact
 from undoproxy.errors import JournalError
 from undoproxy.proxy import answers
 from undoproxy.proxy.state import FlowState, state_of
@@ -50,7 +51,12 @@ class JournalAddon:
             else:  # written earlier (held, then approved): now it is about to be sent
                 await self.journal.update_now(state.step, status="pending", **state.pending_fields)
         except JournalError as exc:
-            log.error("not forwarding %s %s: %s", flow.request.method, flow.request.url, exc)
+            log.error(
+                "not forwarding %s %s: %s",
+                flow.request.method,
+                redact.url(flow.request.url),
+                redact.text(str(exc)),
+            )
             state.answered = True
             flow.response = answers.journal_unavailable(str(exc))
 

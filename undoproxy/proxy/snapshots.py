@@ -139,7 +139,7 @@ class Snapshots:
                     return
                 plan = Plan(
                     "irreversible",
-                    reason=f"the snapshot failed ({exc}) and the rule "
+                    reason=f"the snapshot failed ({redact.text(str(exc))}) and the rule "
                     "says on_snapshot_error: proceed",
                 )
         facts = Facts(
