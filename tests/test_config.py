@@ -34,7 +34,7 @@ def test_no_config_means_the_contract_defaults() -> None:
 
 
 def test_env_expansion_and_relative_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("UNDOPROXY_ADMIN_TOKEN", "from-env")
+    monkeypatch.setenv("UNDOPROXY_ADMIN_TOKEN", "from-env-0123456789")
     monkeypatch.delenv("UNSET_VAR_FOR_TEST", raising=False)
     config = load_config(
         write(
@@ -43,7 +43,7 @@ def test_env_expansion_and_relative_paths(tmp_path: Path, monkeypatch: pytest.Mo
             "store:\n  path: data/j.db\nstate_dir: ./st\n",
         )
     )
-    assert config.admin_token == "from-env"
+    assert config.admin_token == "from-env-0123456789"
     assert config.store_path == tmp_path / "data" / "j.db"
     assert config.state_dir == tmp_path / "st"
     unset = load_config(write(tmp_path, "admin:\n  token: ${UNSET_VAR_FOR_TEST}\n"))

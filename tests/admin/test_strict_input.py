@@ -89,6 +89,17 @@ def test_the_api_answers_400_to_loose_booleans_and_repeated_keys(
     assert shown.json()["state"] == "open"
 
 
+def test_a_body_too_deep_to_parse_is_a_400_not_a_500(up: Undoproxy) -> None:
+    r = requests.post(
+        f"{up.admin_url}/api/sessions",
+        data="[" * 100_000,
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert r.status_code == 400, r.text
+    assert r.json() == {"error": "bad_request", "message": "the body must be JSON"}
+
+
 def _config(tmp_path: Path, token: str) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(

@@ -143,3 +143,9 @@ def test_card_context_has_headers_and_overrides() -> None:
     assert set(ctx) == {"headers", "method_overrides"}
     assert [o["method"] for o in ctx["method_overrides"]] == ["PUT", "DELETE"]
     assert any(h["override"] for h in ctx["headers"])
+
+
+def test_a_body_too_deep_to_parse_has_no_override_and_raises_nothing() -> None:
+    deep = b"[" * 100_000
+    assert method_overrides("https://x.test/", [], deep, "application/json") == []
+    assert grouping_key("POST", "https://x.test/", [], deep)

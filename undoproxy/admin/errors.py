@@ -88,7 +88,7 @@ async def json_body(request: web.Request) -> dict[str, Any]:
         value = parse_json(await request.text())
     except DuplicateKeyError as exc:
         raise ApiError(400, "bad_request", f"the body repeats the key {exc.args[0]!r}") from None
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise ApiError(400, "bad_request", "the body must be JSON") from None
     if not isinstance(value, dict):
         raise ApiError(400, "bad_request", "the body must be a JSON object")

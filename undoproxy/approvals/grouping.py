@@ -128,7 +128,7 @@ def _body_fields(body: bytes | None, content_type: str) -> list[tuple[str, str]]
     if media == "application/json" or media.endswith("+json"):
         try:
             parsed = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # too deep to parse: nothing to call out
             return []
         if isinstance(parsed, dict) and OVERRIDE_FIELD in parsed:
             return [(OVERRIDE_FIELD, str(parsed[OVERRIDE_FIELD]))]

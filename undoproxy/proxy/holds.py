@@ -5,7 +5,9 @@ waiting; then the hook awaits the approval's future, which holds only this flow:
 request keeps flowing. Approved: the hook returns and the later addons forward it as usual.
 Denied, timed out, expired, or anything unexpected: the agent gets the contract's 403 and
 nothing is forwarded (this addon fails closed; it never lets a held request through by error).
-Identical pending requests of a session (method, URL, body) share one approval.
+Pending requests of a session that are byte-identical as the upstream would receive them
+(method, URL, every forwarded header, body: `approvals.grouping.grouping_key`) share one
+approval.
 """
 
 from __future__ import annotations

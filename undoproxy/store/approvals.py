@@ -25,7 +25,7 @@ class Approval:
     id: str
     session_id: str
     step_id: str  # the first held request's step
-    fingerprint: str  # sha256 of method, URL and body: identical requests share the approval
+    fingerprint: str  # approvals.grouping.grouping_key: byte-identical requests share it
     method: str
     url: str  # redacted
     created_at: float
