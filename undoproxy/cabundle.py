@@ -9,8 +9,13 @@ from pathlib import Path
 import certifi
 from mitmproxy import certs
 
+from undoproxy.runtimes import truststore
+
 CA_CERT_NAME = "mitmproxy-ca-cert.pem"  # written by mitmproxy's tlsconfig in the state dir
 BUNDLE_NAME = "ca-bundle.pem"
+TRUSTSTORE_NAME = "truststore.p12"  # the same certificates, for JVMs (truststore.PASSWORD)
+WGETRC_NAME = "wgetrc"  # wget (GnuTLS) ignores SSL_CERT_FILE: it reads ca_certificate from here
+PHP_INI_DIR = "php"  # PHP's curl ignores SSL_CERT_FILE: curl.cainfo in an extra ini there
 
 
 def ensure_ca(state_dir: Path) -> Path:
@@ -39,4 +44,16 @@ def write_bundle(state_dir: Path) -> Path:
     tmp = bundle.with_suffix(".tmp")
     tmp.write_text(system.rstrip("\n") + "\n\n# undoproxy CA\n" + ours)
     tmp.replace(bundle)
+    _write(state_dir / TRUSTSTORE_NAME, truststore.truststore(bundle.read_bytes()))
+    # Proxies come from the environment (https_proxy, no_proxy), as for every other client.
+    _write(state_dir / WGETRC_NAME, f"ca_certificate = {bundle}\n".encode())
+    (state_dir / PHP_INI_DIR).mkdir(exist_ok=True)
+    ini = f'curl.cainfo = "{bundle}"\nopenssl.cafile = "{bundle}"\n'
+    _write(state_dir / PHP_INI_DIR / "undoproxy.ini", ini.encode())
     return bundle
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)

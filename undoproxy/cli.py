@@ -13,10 +13,10 @@ import getpass
 import json
 import logging
 import os
-import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -70,34 +70,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_env(args: argparse.Namespace) -> int:
-    """Print the export lines that send an agent through undoproxy, trusting its CA."""
+def _agent_setup(args: argparse.Namespace) -> Any:
+    """Ask the running undoproxy where agents go (and open the session's own port)."""
+    from undoproxy.runtimes.env import Setup
+
     client = _client(args)
     info = client.call("GET", "/api/info")
-    proxy_url = info["proxy_url"]
+    proxy_url, session_port = info["proxy_url"], None
     if args.session:
         created = client.call("POST", "/api/sessions", {"id": args.session})
         proxy_url = created["proxy_url"]
-    bundle = info["ca_bundle"]
+        own = client.call("POST", f"/api/sessions/{quote(args.session, safe='')}/listener")
+        session_port = (own["host"], int(own["port"]))
     # The admin API (and loopback) is never reached through the proxy: the CLI's own calls
     # would otherwise become steps of the session they manage.
     admin_host = urlsplit(client.base_url).hostname or "127.0.0.1"
-    no_proxy = ",".join(dict.fromkeys(["127.0.0.1", "localhost", "::1", admin_host]))
-    values = [
-        ("HTTPS_PROXY", proxy_url),
-        ("HTTP_PROXY", proxy_url),
-        ("https_proxy", proxy_url),
-        ("http_proxy", proxy_url),
-        ("SSL_CERT_FILE", bundle),
-        ("REQUESTS_CA_BUNDLE", bundle),
-        ("CURL_CA_BUNDLE", bundle),
-        ("NODE_EXTRA_CA_CERTS", info["ca_cert"]),
-        ("NODE_USE_ENV_PROXY", "1"),
-        ("NO_PROXY", no_proxy),
-        ("no_proxy", no_proxy),
-    ]
-    for name, value in values:
-        _out(f"export {name}={shlex.quote(value)}")
+    no_proxy = tuple(dict.fromkeys(["127.0.0.1", "localhost", "::1", admin_host]))
+    return Setup(
+        proxy_url=proxy_url,
+        ca_cert=Path(info["ca_cert"]),
+        ca_bundle=Path(info["ca_bundle"]),
+        no_proxy=no_proxy,
+        session=args.session,
+        session_port=session_port,
+    )
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """Print the environment that sends an agent through undoproxy, trusting its CA.
+
+    Covers curl, wget, git, pip, Python, Node (fetch included), Java, Go, Ruby, PHP, boto3:
+    see docs/clients.md. With --session, clients that cannot send proxy credentials (JVMs)
+    get the session's own proxy port.
+    """
+    from undoproxy.runtimes.env import render, variables
+
+    _out(render(variables(_agent_setup(args)), args.shell))
     return 0
 
 
@@ -308,6 +316,8 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 def cmd_rules_explain(args: argparse.Namespace) -> int:
     """Show which rule a request would match, its captures, and why earlier rules did not."""
+    from undoproxy.compensators.plan import plan_for
+    from undoproxy.credentials import signature_scheme
     from undoproxy.rules import RequestView, format_explanation
 
     config = load_config(_config_path(args))
@@ -322,8 +332,21 @@ def cmd_rules_explain(args: argparse.Namespace) -> int:
     url = args.url if "://" in args.url else "https://" + args.url
     view = RequestView.from_parts(args.method, url, headers, (args.body or "").encode())
     verdicts = config.rules.explain(view)
-    _out(format_explanation(view, verdicts, default_mutations=config.defaults_mutations,
-                            default_compensate=config.defaults_compensate))
+    irreversible = None
+    if config.defaults_mutations == "hold-irreversible":
+        signed = signature_scheme(headers)
+        plan = plan_for(view, None, {}, auto=config.defaults_compensate == "auto")
+        irreversible = f"the request is signed ({signed})" if signed else plan.reason
+    _out(
+        format_explanation(
+            view,
+            verdicts,
+            default_mutations=config.defaults_mutations,
+            default_compensate=config.defaults_compensate,
+            hold_at=config.hold_at,
+            irreversible=irreversible,
+        )
+    )
     return 0
 
 
@@ -377,6 +400,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     p = command("env", cmd_env, admin=True)
     p.add_argument("--session", metavar="ID", help="the session the agent's requests belong to")
+    p.add_argument(
+        "--shell",
+        choices=("sh", "fish", "powershell", "dotenv", "json"),
+        default="sh",
+        help="how to print it (default: sh, for eval)",
+    )
     p = command("sessions", cmd_sessions, admin=True)
     p.add_argument("--state", help="only sessions in this state")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -15,7 +15,10 @@ import contextlib
 import logging
 import os
 import secrets
+import shlex
+import shutil
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,8 @@ from undoproxy.proxy.journaling import JournalAddon
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
 from undoproxy.rollback import Rollback
+from undoproxy.runtimes import listeners as listener_routes
+from undoproxy.runtimes.listeners import SessionListeners
 from undoproxy.store.journal import Journal
 from undoproxy.upstream import UpstreamClient
 
@@ -98,6 +103,8 @@ async def start(config: Config) -> Running:
         ssl_insecure=config.upstream_insecure,
     )
     master = Master(opts)
+    proxy_server = proxyserver.Proxyserver()
+    listeners = SessionListeners(proxy_server, config.proxy_listen[0], config.state_dir)
     snapshots = Snapshots(
         journal,
         UpstreamClient(insecure=config.upstream_insecure),
@@ -118,16 +125,24 @@ async def start(config: Config) -> Running:
     # write-ahead entry includes the snapshot and the prepared compensation). mitmproxy sees
     # only FailClosed, which runs them in this order and answers the agent if one raises.
     ours: list[Any] = [
-        SessionIdentity(journal, config.proxy_auth),
+        SessionIdentity(journal, config.proxy_auth, listeners.session_for),
         Streaming(),
-        Gate(config.rules, config.defaults_mutations, holder=holds, journal=journal),
+        Gate(
+            config.rules,
+            config.defaults_mutations,
+            holder=holds,
+            journal=journal,
+            hold_at=config.hold_at,
+            guard=config.guard,
+            auto_compensate=config.defaults_compensate == "auto",
+        ),
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
         JournalAddon(journal),
     ]
     master.addons.add(
         core.Core(),
-        proxyserver.Proxyserver(),
+        proxy_server,
         next_layer.NextLayer(),
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
@@ -150,7 +165,9 @@ async def start(config: Config) -> Running:
     context.approvals = approvals
     context.rollback = Rollback(journal, UpstreamClient(insecure=config.upstream_insecure), box)
 
-    runner = web.AppRunner(create_app(context), access_log=None)
+    app = create_app(context, extra_routes=listener_routes.ROUTES)
+    app[listener_routes.LISTENERS] = listeners
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.admin_listen[0], config.admin_listen[1])
@@ -183,6 +200,7 @@ async def start(config: Config) -> Running:
             f"{config.proxy_listen[1]} (is the port taken?)"
         )
     proxy_address = (addrs[0][0], addrs[0][1])
+    await listeners.restore()  # per-session ports handed out before a restart
     context.proxy_address = proxy_address
     running = Running(
         master,
@@ -223,12 +241,32 @@ def banner(config: Config, running: Running) -> str:
         f"  bundle   {ctx.ca_bundle}",
         f"  journal  {config.store_path}",
     ]
+    kept = config.state_dir / TOKEN_FILE
     if running.token_generated:
-        lines.append(
-            f"  token    {ctx.token}   (generated; kept in {config.state_dir / TOKEN_FILE})"
-        )
-    lines.append('Agents: eval "$(undoproxy env --session NAME)"   Stop: Ctrl-C')
+        lines.append(f"  token    {ctx.token}   (generated; kept in {kept})")
+    elif config.admin_token:
+        lines.append("  token    admin.token of the config (UNDOPROXY_ADMIN_TOKEN for the CLI)")
+    else:
+        lines.append(f"  token    kept in {kept} (the CLI reads it from there)")
+    cli = cli_command()
+    lines.append(f'Agents: eval "$({cli} env --session NAME)"   Check: {cli} doctor   Stop: Ctrl-C')
     return "\n".join(lines)
+
+
+def cli_command() -> str:
+    """How the user who started this process runs the CLI: `undoproxy` when it is on PATH,
+    else the script's path (`.venv/bin/undoproxy`), else `python -m undoproxy`."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is None or script.name != "undoproxy" or not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m undoproxy"
+    on_path = shutil.which("undoproxy")
+    if on_path and Path(on_path).resolve() == script.resolve():
+        return "undoproxy"
+    try:
+        shown = str(script.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(script.absolute())
+    return shlex.quote(shown)
 
 
 async def serve(config: Config) -> None:

@@ -1,7 +1,9 @@
 """Which session a request belongs to, and stripping what identified it before forwarding.
 
-Order: proxy-URL credentials (on the CONNECT of a tunnel, remembered for every request inside
-it; or on each plain-HTTP request), then the `X-Undoproxy-Session` header, then `default`.
+Order: the session's own port (a per-session listener, see undoproxy/runtimes/listeners.py:
+every connection to it belongs to that session, whatever it sends), then proxy-URL
+credentials (on the CONNECT of a tunnel, remembered for every request inside it; or on each
+plain-HTTP request), then the `X-Undoproxy-Session` header, then `default`.
 In `token` auth mode, credentials naming an existing session with its token are required,
 else the proxy answers 407 and forwards nothing.
 """
@@ -12,6 +14,7 @@ import base64
 import binascii
 import hmac
 import logging
+from collections.abc import Callable
 
 from mitmproxy import connection, http
 
@@ -57,10 +60,21 @@ def _valid_id(session_id: str) -> bool:
 class SessionIdentity:
     """Attributes every flow to a session; answers 407 in token mode when that fails."""
 
-    def __init__(self, journal: Journal, auth: str) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        auth: str,
+        session_for_port: Callable[[int], str | None] | None = None,
+    ) -> None:
         self.journal = journal
         self.auth = auth
+        self.session_for_port = session_for_port or (lambda port: None)
         self._tunnels: dict[str, str] = {}  # client connection id -> session id
+
+    def _port_session(self, client: connection.Client) -> str | None:
+        """The session of the per-session port this client connected to, if it did."""
+        sockname = client.sockname
+        return self.session_for_port(sockname[1]) if sockname else None
 
     def _check(self, header: str | None) -> tuple[str | None, str]:
         """(session id, "") when accepted, else (None, why)."""
@@ -86,6 +100,10 @@ class SessionIdentity:
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         """Remember the tunnel's session (or refuse the tunnel with 407)."""
+        own = self._port_session(flow.client_conn)
+        if own is not None:
+            self._tunnels[flow.client_conn.id] = own
+            return
         header = flow.request.headers.get("Proxy-Authorization")
         if header is None and self.auth != "token":
             return  # requests inside may still name a session by header
@@ -100,7 +118,7 @@ class SessionIdentity:
         if flow.response is not None:
             return
         headers = flow.request.headers
-        session_id = self._tunnels.get(flow.client_conn.id)
+        session_id = self._tunnels.get(flow.client_conn.id) or self._port_session(flow.client_conn)
         if session_id is None:
             plain = headers.get("Proxy-Authorization")
             named = headers.get(SESSION_HEADER, "").strip()

@@ -1,0 +1,285 @@
+"""Each runtime of docs/clients.md as a real process, configured only by `undoproxy env
+--session ID`: its request must be a step of that session (so it went through undoproxy and
+trusted its CA: undoproxy sees a request only after the client accepted its certificate).
+
+A row here is a row marked tested in docs/clients.md; tests/runtimes/test_docs.py checks
+that the two agree.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.runtimes.conftest import PYTHON, agent_env, in_session, need, need_module, run
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+
+NODE_MODULES = Path(__file__).resolve().parents[2] / ".venv" / "node" / "node_modules"
+
+
+@dataclass(frozen=True)
+class Client:
+    """One row: how to make one GET of `url` with this runtime, and what it needs."""
+
+    name: str
+    argv: Callable[[str, Path], list[str]]
+    tool: str = ""
+    module: str = ""
+    remote: bool = False  # never proxies loopback: call the machine's own address
+    may_fail: bool = False  # an SDK that cannot parse the echo's answer: only the step counts
+
+
+def _py(code: str) -> Callable[[str, Path], list[str]]:
+    return lambda url, tmp: [PYTHON, "-c", textwrap.dedent(code), url]
+
+
+def _write(name: str, text: str, *argv: str) -> Callable[[str, Path], list[str]]:
+    def build(url: str, tmp: Path) -> list[str]:
+        path = tmp / name
+        path.write_text(textwrap.dedent(text))
+        return [a.replace("{file}", str(path)) for a in argv] + [url]
+
+    return build
+
+
+JAVA = """\
+    import java.net.URI;
+    import java.net.http.HttpClient;
+    import java.net.http.HttpRequest;
+    import java.net.http.HttpResponse;
+
+    public class Probe {
+        public static void main(String[] args) throws Exception {
+            HttpResponse<String> r = HttpClient.newHttpClient().send(
+                HttpRequest.newBuilder(URI.create(args[0] + "-httpclient")).build(),
+                HttpResponse.BodyHandlers.ofString());
+            if (r.statusCode() != 200) throw new RuntimeException("HTTP " + r.statusCode());
+            var c = (java.net.HttpURLConnection) new java.net.URL(args[0] + "-urlconnection")
+                .openConnection();
+            int status = c.getResponseCode();
+            if (status != 200) throw new RuntimeException("HTTP " + status);
+        }
+    }
+"""
+
+GO = """\
+    package main
+
+    import (
+        "fmt"
+        "net/http"
+        "os"
+    )
+
+    func main() {
+        r, err := http.Get(os.Args[1])
+        if err != nil {
+            fmt.Println(err)
+            os.Exit(1)
+        }
+        if r.StatusCode != 200 {
+            os.Exit(2)
+        }
+    }
+"""
+
+CLIENTS = [
+    Client("curl", lambda url, tmp: ["curl", "-sS", "--fail", "-o", "/dev/null", url], "curl"),
+    Client("wget", lambda url, tmp: ["wget", "-q", "-t", "1", "-O", "/dev/null", url], "wget"),
+    Client("git", lambda url, tmp: ["git", "ls-remote", url + "/repo.git"], "git", may_fail=True),
+    Client(
+        "pip",
+        lambda url, tmp: [
+            PYTHON,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-cache-dir",
+            "-q",
+            "-d",
+            str(tmp),
+            "--index-url",
+            url + "/simple/",
+            "nothing",
+        ],
+        may_fail=True,
+    ),
+    Client("python-urllib", _py("import sys, urllib.request; urllib.request.urlopen(sys.argv[1])")),
+    Client(
+        "python-requests",
+        _py("import sys, requests; requests.get(sys.argv[1]).raise_for_status()"),
+        module="requests",
+    ),
+    Client(
+        "python-httpx",
+        _py("import sys, httpx; httpx.get(sys.argv[1]).raise_for_status()"),
+        module="httpx",
+    ),
+    Client(
+        "python-aiohttp",
+        _py("""
+            import asyncio, sys, aiohttp
+            async def main():
+                # aiohttp reads the proxy and CA variables only with trust_env=True
+                async with aiohttp.ClientSession(trust_env=True) as s:
+                    async with s.get(sys.argv[1]) as r:
+                        r.raise_for_status()
+            asyncio.run(main())
+        """),
+        module="aiohttp",
+    ),
+    Client(
+        "node-fetch",
+        lambda url, tmp: [
+            "node",
+            "-e",
+            "fetch(process.argv[1]).then(r => { if (!r.ok) process.exit(2) })",
+            url,
+        ],
+        "node",
+    ),
+    Client(
+        "node-undici",
+        lambda url, tmp: [
+            "node",
+            "-e",
+            "require('undici').request(process.argv[1])"
+            ".then(r => { if (r.statusCode !== 200) process.exit(2); return r.body.text() })",
+            url,
+        ],
+        "node",
+    ),
+    Client(
+        "node-axios",
+        lambda url, tmp: [
+            "node",
+            "-e",
+            "require('axios').get(process.argv[1])"
+            ".catch(e => { console.error(e.message); process.exit(1) })",
+            url,
+        ],
+        "node",
+        remote=True,  # axios's NO_PROXY treats every loopback address as 127.0.0.1
+    ),
+    Client("java", _write("Probe.java", JAVA, "java", "{file}"), "java", remote=True),
+    Client("go", _write("probe.go", GO, "go", "run", "{file}"), "go", remote=True),
+    Client(
+        "ruby",
+        lambda url, tmp: [
+            "ruby",
+            "-rnet/http",
+            "-e",
+            "exit(Net::HTTP.get_response(URI(ARGV[0])).code == '200')",
+            url,
+        ],
+        "ruby",
+        remote=True,
+    ),
+    Client(
+        "php-curl",
+        lambda url, tmp: [
+            "php",
+            "-r",
+            "$c = curl_init($argv[1]); curl_setopt($c, CURLOPT_RETURNTRANSFER, true);"
+            "exit(curl_exec($c) === false ? 1 : 0);",
+            url,
+        ],
+        "php",
+    ),
+    # SDKs: the echo upstream's answer is not what they expect; the step is what counts.
+    Client(
+        "openai",
+        _py("""
+        import sys, openai
+        openai.OpenAI(base_url=sys.argv[1], api_key="sk-test", max_retries=0).models.list()
+    """),
+        module="openai",
+        may_fail=True,
+    ),
+    Client(
+        "anthropic",
+        _py("""
+        import sys, anthropic
+        anthropic.Anthropic(base_url=sys.argv[1], api_key="sk-test", max_retries=0).models.list()
+    """),
+        module="anthropic",
+        may_fail=True,
+    ),
+    Client(
+        "stripe",
+        _py("""
+        import os, sys, stripe
+        stripe.api_key = "sk_test_x"
+        stripe.api_base = sys.argv[1]
+        stripe.ca_bundle_path = os.environ["SSL_CERT_FILE"]  # stripe ignores the CA variables
+        stripe.max_network_retries = 0
+        stripe.Customer.list()
+    """),
+        module="stripe",
+        may_fail=True,
+    ),
+    Client(
+        "pygithub",
+        _py("""
+        import sys, github
+        github.Github(base_url=sys.argv[1], retry=None).get_user("octocat").login
+    """),
+        module="github",
+        may_fail=True,
+    ),
+    Client(
+        "slack_sdk",
+        _py("""
+        import sys, slack_sdk
+        slack_sdk.WebClient(base_url=sys.argv[1] + "/", token="xoxb-test").api_test()
+    """),
+        module="slack_sdk",
+        may_fail=True,
+    ),
+    Client(
+        "boto3",
+        _py("""
+        import sys, boto3
+        boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+                     aws_access_key_id="x", aws_secret_access_key="y").list_buckets()
+    """),
+        module="boto3",
+        may_fail=True,
+    ),
+]
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=[c.name for c in CLIENTS])
+def test_runtime_goes_through_undoproxy_into_its_session(
+    client: Client,
+    rt_proxy: Undoproxy,
+    api_upstream: ThreadedServer,
+    request: pytest.FixtureRequest,
+    session_id: str,
+    tmp_path: Path,
+) -> None:
+    if client.tool:
+        need(client.tool)
+    if client.module:
+        need_module(client.module)
+    upstream: ThreadedServer = (
+        request.getfixturevalue("remote_upstream") if client.remote else api_upstream
+    )
+    env = agent_env(rt_proxy, session_id)
+    if NODE_MODULES.is_dir():
+        env["NODE_PATH"] = str(NODE_MODULES)
+    env.setdefault("GOCACHE", str(Path.home() / ".cache" / "go-build"))
+    env["GOFLAGS"] = "-mod=mod"
+    env["GO111MODULE"] = "off"
+    marker = f"/echo/{client.name}-{session_id}"
+    done = run(client.argv(upstream.base_url + marker, tmp_path), env, cwd=tmp_path)
+    if not client.may_fail:
+        assert done.returncode == 0, done.stdout + done.stderr
+    found = in_session(rt_proxy, session_id, marker)()
+    assert found, f"{client.name} did not go through undoproxy:\n{done.stdout}{done.stderr}"
