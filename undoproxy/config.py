@@ -17,6 +17,7 @@ from typing import Any
 from undoproxy.durations import parse_duration
 from undoproxy.errors import ConfigError, ConfigErrors, Location
 from undoproxy.rules import RuleSet, parse_rules
+from undoproxy.rules.guards import Guard, RepeatGuard, parse_count, parse_repeat
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
 
@@ -101,6 +102,14 @@ def _positive_duration(value: Any) -> float:
     return seconds
 
 
+def _count(value: Any) -> int:
+    return parse_count(value, "limit")
+
+
+def _repeat(value: Any) -> RepeatGuard:
+    return parse_repeat(value)
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "proxy.listen", "127.0.0.1:8080", "where agents connect (HTTP_PROXY/HTTPS_PROXY)", _listen
@@ -148,10 +157,17 @@ SETTINGS: tuple[Setting, ...] = (
         _urls,
     ),
     Setting(
+        "approvals.hold_at",
+        "never",
+        "never | high | critical: also hold any allowed request whose rule's risk is at least this",
+        _choice("never", "high", "critical"),
+    ),
+    Setting(
         "defaults.mutations",
         "log",
-        "what unmatched POST/PUT/PATCH/DELETE get: allow | log | hold | deny",
-        _choice("allow", "log", "hold", "deny"),
+        "what unmatched mutations (every method but GET, HEAD, OPTIONS, PROPFIND, REPORT, "
+        "SEARCH) get: allow | log | hold | hold-irreversible | deny",
+        _choice("allow", "log", "hold", "hold-irreversible", "deny"),
     ),
     Setting(
         "defaults.compensate",
@@ -159,11 +175,30 @@ SETTINGS: tuple[Setting, ...] = (
         "auto: infer the REST inverse of unmatched mutations; none: no inference",
         _choice("auto", "none"),
     ),
+    Setting(
+        "guard.max_mutations",
+        0,
+        "mutations one session may make in all (0 = no limit); past it: 403 undoproxy_budget",
+        _count,
+    ),
+    Setting(
+        "guard.max_mutations_per_minute",
+        0,
+        "mutations one session may make in any 60 s (0 = no limit): 403 undoproxy_budget",
+        _count,
+    ),
+    Setting(
+        "guard.repeat",
+        {"count": 0, "window": "60s"},
+        "the same method + URL + body more than `count` times within `window` in one session "
+        "is held as a likely loop (count 0 = off)",
+        _repeat,
+    ),
     Setting("include", [], "more rule files (rule packs), relative to the config file", _urls),
     Setting("rules", [], "the rules, first match wins (see docs/rules.md)", _urls),
 )
 # `include` and `rules` are validated by the rules engine; their parse functions above are unused.
-_SECTIONS = {"proxy", "admin", "store", "approvals", "defaults"}
+_SECTIONS = {"proxy", "admin", "store", "approvals", "defaults", "guard"}
 _TOP_LEVEL = _SECTIONS | {"state_dir", "include", "rules"}
 
 
@@ -182,6 +217,8 @@ class Config:
     approvals_notify: list[str] = field(default_factory=list)
     defaults_mutations: str = "log"
     defaults_compensate: str = "auto"
+    hold_at: str = "never"
+    guard: Guard = field(default_factory=Guard)
     rules: RuleSet = field(
         default_factory=lambda: parse_rules(
             None, None, base_dir=Path.cwd(), where=Location("<defaults>", 0)
@@ -305,6 +342,12 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
         approvals_notify=parsed["approvals.notify"],
         defaults_mutations=parsed["defaults.mutations"],
         defaults_compensate=parsed["defaults.compensate"],
+        hold_at=parsed["approvals.hold_at"],
+        guard=Guard(
+            parsed["guard.max_mutations"],
+            parsed["guard.max_mutations_per_minute"],
+            parsed["guard.repeat"],
+        ),
         rules=rules,
         source=None if where.file == "<defaults>" else where.file,
     )

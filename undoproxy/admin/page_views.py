@@ -141,6 +141,7 @@ def approval_card(item: dict[str, Any]) -> Markup:
         session_path=quote(item["session_id"], safe=""),
         intent=item["intent"] or "-",
         rule=item["rule"] or "defaults.mutations: hold",
+        why=item.get("hold_reason") or "the rule says hold",
         requests=f"{requests} identical, waiting together" if requests > 1 else "1",
         held=when(item["created_at"], short=True),
         expires=el("time", "-", class_="countdown", data_expires=f"{item['expires_at']:.3f}"),

@@ -31,6 +31,7 @@ def approval_json(approval: Approval, journal: Journal) -> dict[str, Any]:
         "body_length": ctx.get("body_length", 0),
         "headers": ctx.get("headers", []),
         "method_overrides": ctx.get("method_overrides", []),
+        "hold_reason": ctx.get("hold_reason"),
         "badges": ctx.get("badges", []),
         "diff": ctx.get("diff"),
         "diff_error": ctx.get("diff_error"),
@@ -58,6 +59,8 @@ def notify_text(approval: Approval, admin_url: str) -> str:
         f"rule `{rule}`{risk})",
         f"`{approval.method} {approval.url}`",
     ]
+    if approval.context.get("hold_reason"):
+        lines.append(f"held because: {approval.context['hold_reason']}")
     for override in approval.context.get("method_overrides", []):
         shown = re.sub(r"[^A-Za-z0-9_.-]", "?", override["method"])  # no mrkdwn in it
         lines.append(f"*method override*: {override['where']} = `{shown}`")

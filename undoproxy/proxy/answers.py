@@ -7,6 +7,8 @@ from typing import Any
 
 from mitmproxy import http
 
+from undoproxy.proxy.budgets import OverBudget
+
 JSON = {"Content-Type": "application/json", "Cache-Control": "no-store"}
 
 
@@ -59,6 +61,22 @@ def session_closed(session_id: str, state: str) -> http.Response:
             "message": f"session {session_id!r} is {state}: it takes no new mutations; "
             "start a new session",
         },
+    )
+
+
+def over_budget(session_id: str, over: OverBudget) -> http.Response:
+    """403: one more mutation would exceed a `guard:` budget; nothing forwarded."""
+    return json_response(
+        403,
+        {
+            "error": "undoproxy_budget",
+            "limit": over.limit,
+            "max": over.value,
+            "scope": over.scope,
+            "session": session_id,
+            "reason": over.message(),
+        },
+        {"X-Undoproxy-Decision": "denied"},
     )
 
 

@@ -112,7 +112,8 @@ class Holds:
         self, flow: http.HTTPFlow, state: FlowState, approval: Approval | None, decision: Decision
     ) -> None:
         state.answered = True
-        rule = state.rule.name if state.rule is not None else "defaults.mutations"
+        rule = state.rule.name if state.rule is not None else None
+        rule = rule or state.hold_source or "defaults.mutations"
         if decision.state == "failed":
             flow.response = answers.journal_unavailable(decision.reason)
         else:
@@ -143,7 +144,7 @@ class Holds:
             url=redact.url(flow.request.url),
             created_at=now,
             expires_at=now,
-            rule=rule.name if rule is not None else None,
+            rule=rule.name if rule is not None else state.hold_source,
             risk=rule.risk if rule is not None else None,
         )
 
@@ -180,6 +181,7 @@ class Holds:
                 host=host,
             ),
             "diff": None,
+            "hold_reason": state.hold_reason,
             # What will really be sent: the headers (secrets tagged, never shown) and any
             # method override the upstream may act on instead of the method shown.
             **card_context(request.url, request.headers.items(multi=True), raw, content_type),

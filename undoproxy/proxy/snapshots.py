@@ -28,10 +28,9 @@ from undoproxy.compensators.model import (
     parse_json,
     representation_headers,
 )
-from undoproxy.compensators.plan import plan_for
-from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme
+from undoproxy.credentials import CredentialBox, credentials_for
 from undoproxy.proxy import answers
-from undoproxy.proxy.gate import request_view
+from undoproxy.proxy.planning import plan_of
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import new_step
 from undoproxy.retry import RetryPolicy
@@ -97,16 +96,7 @@ class Snapshots:
         )
 
     def _plan(self, flow: http.HTTPFlow, state: FlowState) -> Plan:
-        view = state.view or request_view(flow)
-        state.view = view
-        signed = signature_scheme(list(flow.request.headers.items(multi=True)))
-        if signed is not None:
-            return Plan(
-                "irreversible",
-                reason=f"the request is signed ({signed}): its signature cannot be replayed "
-                "to read the target before it or to send an inverse request after it",
-            )
-        return plan_for(view, state.rule, state.captures, auto=self.auto)
+        return plan_of(flow, state, auto=self.auto)
 
     async def preview(self, flow: http.HTTPFlow, state: FlowState) -> dict[str, Any] | None:
         """The target as it is now, for the approval page's diff (None when not applicable)."""

@@ -23,6 +23,8 @@ class FlowState:
     rule: Any = None  # undoproxy.rules.Rule when one matched
     captures: dict[str, str] = field(default_factory=dict)
     action: str = "pass"  # pass (reads) | allow | log | hold | deny
+    hold_source: str | None = None  # what decided a hold/deny: a rule, or a config key
+    hold_reason: str | None = None  # why it is held, when not the rule itself
     step: Step | None = None
     answered: bool = False  # undoproxy answered the agent itself (403, 407, 503, 502)
     journaled: bool = True  # False for a 407: no session, nothing to attribute

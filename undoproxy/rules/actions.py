@@ -10,6 +10,7 @@ from undoproxy.compensators.catalog import NEEDS_SNAPSHOT, known_names
 from undoproxy.durations import parse_duration
 from undoproxy.errors import ConfigError, Location
 from undoproxy.rules.conditions import plain_value
+from undoproxy.rules.guards import Guard, parse_guard
 from undoproxy.rules.model import (
     ACTIONS,
     CREDENTIALS,
@@ -37,6 +38,7 @@ RULE_ACTION_KEYS: frozenset[str] = frozenset(
         "timeout",
         "on_snapshot_error",
         "credentials",
+        "guard",
         "reason",
         "description",
     }
@@ -52,6 +54,7 @@ class RuleActions(TypedDict):
     action: str
     on_snapshot_error: str
     credentials: str
+    guard: Guard | None
     snapshot: SnapshotSpec | None
     compensate: str | dict[str, Any] | None
     timeout: float | None
@@ -114,6 +117,12 @@ def parse_actions(
     action = _choice(d, "action", ACTIONS, "allow", loc, problems)
     on_error = _choice(d, "on_snapshot_error", ON_SNAPSHOT_ERROR, "block", loc, problems)
     credentials = _choice(d, "credentials", CREDENTIALS, "origin", loc, problems)
+    guard = None
+    if d.get("guard") is not None:
+        try:
+            guard = parse_guard(d["guard"])
+        except ValueError as exc:
+            problems.add(at(d, "guard", loc), str(exc))
     snapshot = _snapshot(d, loc, captures, problems)
     compensate = _compensate(d, loc, captures, problems)
     reads_only = bool(methods) and methods is not None and methods <= READ_METHODS
@@ -138,6 +147,7 @@ def parse_actions(
         action=action,
         on_snapshot_error=on_error,
         credentials=credentials,
+        guard=guard,
         snapshot=snapshot,
         compensate=compensate,
         timeout=timeout,

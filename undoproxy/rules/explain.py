@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from undoproxy.compensators.catalog import GENERIC, PACKS
-from undoproxy.rules.model import READ_METHODS, Rule, Verdict
+from undoproxy.rules.model import READ_METHODS, RISKS, Rule, Verdict
 from undoproxy.rules.request import NOT_JSON, RequestView
 from undoproxy.rules.templates import TemplateContext, render_known, template_references_response
 
@@ -19,6 +19,7 @@ _DEFAULT_MUTATIONS = {
     "allow": "it is forwarded",
     "log": "it is forwarded and journaled",
     "hold": "it is held until a person approves or denies it",
+    "hold-irreversible": "it is held only when no compensation is known for it",
     "deny": "it is blocked with 403 undoproxy_blocked",
 }
 _DEFAULT_COMPENSATE = {
@@ -33,8 +34,14 @@ def format_explanation(
     *,
     default_mutations: str,
     default_compensate: str = "auto",
+    hold_at: str = "never",
+    irreversible: str | None = None,
 ) -> str:
-    """Explain `RuleSet.explain(req)` to a person: each rule tried, then what happens."""
+    """Explain `RuleSet.explain(req)` to a person: each rule tried, then what happens.
+
+    `irreversible` is why no compensation is known for the request (None when one is), which
+    decides `defaults.mutations: hold-irreversible`; `hold_at` is `approvals.hold_at`.
+    """
     lines = [f"Request: {req.method} {req.url}"]
     if req.body:
         lines.append(f"Body:    {_body_summary(req)}")
@@ -55,11 +62,27 @@ def format_explanation(
     last = verdicts[-1] if verdicts else None
     if last is not None and last.matched:
         lines.extend(_matched(req, last, default_compensate))
+        rule = last.rule
+        if rule.action == "allow" and hold_at != "never" and _at_least(rule.risk, hold_at):
+            lines.append(
+                f"  but:           approvals.hold_at is {hold_at} and the risk is {rule.risk}, "
+                "so it is held until a person approves or denies it"
+            )
     else:
         if verdicts:
             lines.append("No rule matches.")
         lines.extend(_default(req, default_mutations, default_compensate))
+        if default_mutations == "hold-irreversible" and req.method not in READ_METHODS:
+            lines.append(
+                f"  so:            held: no compensation is known ({irreversible})"
+                if irreversible
+                else "  so:            forwarded: a compensation is known, it stays undoable"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _at_least(risk: str, threshold: str) -> bool:
+    return RISKS.index(risk) >= RISKS.index(threshold)
 
 
 def _matched(req: RequestView, verdict: Verdict, default_compensate: str) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any, Final
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
 from undoproxy.errors import Location
 from undoproxy.methods import READ_METHODS as READ_METHODS
+from undoproxy.rules.guards import Guard
 from undoproxy.rules.matcher import MatchSpec
 from undoproxy.rules.request import RequestView
 from undoproxy.rules.templates import template_references_snapshot
@@ -59,6 +60,7 @@ class Rule:
     timeout: float | None = None
     on_snapshot_error: str = "block"
     credentials: str = "origin"
+    guard: Guard | None = None  # this rule's own budgets, counted over its matches per session
     reason: str | None = None
     description: str | None = None
     match_spec: MatchSpec = field(default_factory=MatchSpec, repr=False)
