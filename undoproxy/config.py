@@ -142,7 +142,10 @@ SETTINGS: tuple[Setting, ...] = (
         _path,
     ),
     Setting(
-        "store.path", "./undoproxy.db", "the SQLite journal (relative to the config file)", _path
+        "store.path",
+        None,
+        "the SQLite journal (relative to the config file); unset: undoproxy.db in state_dir",
+        lambda value: None if value is None else _path(value),
     ),
     Setting(
         "approvals.timeout",
@@ -212,7 +215,7 @@ class Config:
     admin_listen: tuple[str, int] = ("127.0.0.1", 8081)
     admin_token: str | None = None
     state_dir: Path = field(default_factory=lambda: Path("~/.undoproxy").expanduser())
-    store_path: Path = field(default_factory=lambda: Path("undoproxy.db").absolute())
+    store_path: Path = field(default_factory=lambda: Path("~/.undoproxy/undoproxy.db").expanduser())
     approvals_timeout: float = 300.0
     approvals_notify: list[str] = field(default_factory=list)
     defaults_mutations: str = "log"
@@ -325,9 +328,9 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
     assert rules is not None
 
     state_dir = Path(os.path.expanduser(parsed["state_dir"]))
-    store_path = Path(os.path.expanduser(parsed["store.path"]))
     if not state_dir.is_absolute():
         state_dir = base_dir / state_dir
+    store_path = Path(os.path.expanduser(parsed["store.path"] or state_dir / "undoproxy.db"))
     if not store_path.is_absolute():
         store_path = base_dir / store_path
     return Config(
