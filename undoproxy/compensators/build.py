@@ -85,7 +85,7 @@ def _template(plan: Plan, facts: Facts, *, with_response: bool) -> dict[str, Any
 
 
 # Directory listings as web and WebDAV servers render a collection: never a file to PUT back.
-_LISTING = re.compile(rb"<title>\s*(index of|directory listing)", re.IGNORECASE)
+_LISTING = re.compile(rb"<title>[^<]{0,80}?(index of|directory listing)", re.IGNORECASE)
 
 
 def collection_reason(snap: Snapshot) -> str | None:
