@@ -161,3 +161,11 @@ async def test_awaited_journal_changes_stay_as_they_were_when_the_write_fails(
         assert committed is not None and committed.compensation_status is None
     finally:
         await journal.close()
+
+
+async def test_a_batched_write_commits_although_nobody_waits_for_it(
+    db: Path, writer: JournalWriter
+) -> None:
+    writer.submit(INSERT_SESSION, ("batched", "t", "open"))
+    while "batched" not in session_ids(db):  # no flush: it lingers a moment, then commits
+        await asyncio.sleep(0.01)

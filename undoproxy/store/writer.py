@@ -21,6 +21,9 @@ A write that gives up is withdrawn, and the caller's answer always matches the d
   bounded by SQLite's busy timeout (another process holding the write lock) plus the disk.
 Both decisions are taken on the event loop, where the writer also moves ops from the queue
 into a batch, so an op is either withdrawn or executed, never both.
+
+Batched writes with nobody waiting may linger up to LINGER seconds for company, so that a
+mutation's outcome shares the next write-ahead's commit; an awaited write ends the wait at once.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from undoproxy.errors import JournalError
 log = logging.getLogger(__name__)
 Params = Sequence[Any] | Mapping[str, Any]
 BATCH_MAX = 512
+# How long batched writes may wait for company when nothing awaits them: a mutation's outcome
+# then shares the next write-ahead's commit (one fsync and one thread hop instead of two).
+LINGER = 0.02
 
 
 class _State(enum.Enum):
@@ -64,6 +70,7 @@ class JournalWriter:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
         self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._urgent = asyncio.Event()  # someone waits for a commit: stop lingering
         self._timeout = timeout
         self.failures = 0  # submitted writes that were lost (logged)
         self.withdrawn = 0  # awaited writes that gave up before they were executed
@@ -86,24 +93,20 @@ class JournalWriter:
         """
         if self._task is None or self._task.done():
             raise JournalError("the journal writer is not running")
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
         op = _Op(sql, params, done)
         self._queue.put_nowait(op)
+        self._urgent.set()
+        timer = loop.call_later(self._timeout, self._expire, op)
         try:
-            await asyncio.wait_for(asyncio.shield(done), self._timeout)
-        except TimeoutError:
-            if op.state is _State.QUEUED:
-                self._withdraw(op)
-                raise JournalError(
-                    f"the journal did not take the write within {self._timeout:g}s; "
-                    "it was withdrawn and will not be committed"
-                ) from None
-            log.warning("journal write past its %gs timeout; waiting for the commit", self._timeout)
-            await asyncio.shield(done)
+            await done
         except asyncio.CancelledError:
             if op.state is _State.QUEUED:
                 self._withdraw(op)
             raise
+        finally:
+            timer.cancel()
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed (or has failed)."""
@@ -114,11 +117,27 @@ class JournalWriter:
         if self._task is None:
             return
         self._queue.put_nowait(None)
+        self._urgent.set()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
         await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
         self._thread.shutdown(wait=True)
+
+    def _expire(self, op: _Op) -> None:
+        """The timeout of an awaited write: withdraw it if it is still queued."""
+        if op.state is _State.QUEUED:
+            self._withdraw(op)
+            assert op.done is not None
+            if not op.done.done():
+                op.done.set_exception(
+                    JournalError(
+                        f"the journal did not take the write within {self._timeout:g}s; "
+                        "it was withdrawn and will not be committed"
+                    )
+                )
+        elif op.state is _State.EXECUTING:
+            log.warning("journal write past its %gs timeout; waiting for the commit", self._timeout)
 
     def _withdraw(self, op: _Op) -> None:
         op.state = _State.WITHDRAWN
@@ -129,6 +148,10 @@ class JournalWriter:
         stopping = False
         while not stopping:
             first = await self._queue.get()
+            if first is not None and first.done is None and not self._urgent.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), LINGER)
+            self._urgent.clear()  # before draining: a write queued after the drain sets it again
             batch: list[_Op] = []
             if first is None:
                 stopping = True
