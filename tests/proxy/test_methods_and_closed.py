@@ -211,3 +211,40 @@ def test_the_snapshot_get_carries_credentials_but_not_request_specific_headers(
             assert name in put.headers
     finally:
         proxy.stop()
+
+
+def test_a_rule_decides_the_kind_whatever_the_method(
+    tmp_path_factory: pytest.TempPathFactory, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    rules = [
+        {
+            "name": "search-by-post",
+            "match": {"method": "POST", "path": "/search/**"},
+            "kind": "read",
+        },
+        {
+            "name": "get-that-acts",
+            "match": {"method": "GET", "path": "/trigger/**"},
+            "kind": "mutation",
+            "action": "deny",
+        },
+    ]
+    config = {"defaults": {"mutations": "deny"}, "rules": rules}
+    instance = Undoproxy(tmp_path_factory.mktemp("kind"), config).start()
+    try:
+        marker = uuid.uuid4().hex
+        with instance.agent(session_id) as agent:
+            search = agent.post(f"{tls_upstream.base_url}/search/{marker}", json={"q": "x"})
+            trigger = agent.get(f"{tls_upstream.base_url}/trigger/{marker}")
+        assert search.status_code == 200  # a read: defaults.mutations: deny does not apply
+        assert trigger.status_code == 403  # a mutation the rule denies
+        assert [x.path.split("/")[1] for x in received(tls_upstream) if marker in x.path] == [
+            "search"
+        ]
+        shown = instance.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+        assert [(s["method"], s["kind"]) for s in shown] == [("POST", "read"), ("GET", "mutation")]
+        report = instance.api("POST", f"/api/sessions/{session_id}/rollback").json()
+        # The read is never part of a rollback; the denied GET was never forwarded.
+        assert [s["status"] for s in report["steps"]] == ["skipped"]
+    finally:
+        instance.stop()

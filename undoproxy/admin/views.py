@@ -65,6 +65,7 @@ def step_json(step: Step) -> dict[str, Any]:
         "created_at": step.created_at,
         "method": step.method,
         "url": redact.url(step.url),
+        "kind": "mutation" if step.is_mutation else "read",
         "mutation": step.is_mutation,
         "rule": step.rule,
         "risk": step.risk,

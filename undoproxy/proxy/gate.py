@@ -68,9 +68,9 @@ class Gate:
         state = state_of(flow)
         if state is None or flow.response is not None:
             return
+        self._decide(flow, state)  # first: a rule may say what kind of request this is
         if self._refuse_if_closed(flow, state):
             return
-        self._decide(flow, state)
         rule = state.rule
         if state.is_mutation and state.action != "deny":
             over = self.budgets.over(state.session_id, rule)
@@ -112,6 +112,8 @@ class Gate:
         if match is not None:
             rule = match.rule
             state.rule, state.captures, state.action = rule, match.captures, rule.action
+            if rule.kind is not None:
+                state.is_mutation = rule.kind == "mutation"
             state.hold_source = rule.name
             if rule.action == "allow" and RISKS.index(rule.risk) >= self.hold_at:
                 state.action, state.hold_source = "hold", "approvals.hold_at"

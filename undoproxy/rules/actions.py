@@ -15,6 +15,7 @@ from undoproxy.rules.model import (
     ACTIONS,
     CREDENTIALS,
     HTTP_METHODS,
+    KINDS,
     ON_SNAPSHOT_ERROR,
     READ_METHODS,
     RISKS,
@@ -39,6 +40,7 @@ RULE_ACTION_KEYS: frozenset[str] = frozenset(
         "on_snapshot_error",
         "credentials",
         "guard",
+        "kind",
         "reason",
         "description",
     }
@@ -55,6 +57,7 @@ class RuleActions(TypedDict):
     on_snapshot_error: str
     credentials: str
     guard: Guard | None
+    kind: str | None
     snapshot: SnapshotSpec | None
     compensate: str | dict[str, Any] | None
     timeout: float | None
@@ -117,6 +120,7 @@ def parse_actions(
     action = _choice(d, "action", ACTIONS, "allow", loc, problems)
     on_error = _choice(d, "on_snapshot_error", ON_SNAPSHOT_ERROR, "block", loc, problems)
     credentials = _choice(d, "credentials", CREDENTIALS, "origin", loc, problems)
+    kind = _choice(d, "kind", KINDS, "", loc, problems) or None
     guard = None
     if d.get("guard") is not None:
         try:
@@ -126,6 +130,11 @@ def parse_actions(
     snapshot = _snapshot(d, loc, captures, problems)
     compensate = _compensate(d, loc, captures, problems)
     reads_only = bool(methods) and methods is not None and methods <= READ_METHODS
+    reads_only = (reads_only and kind != "mutation") or kind == "read"
+    if kind == "read":
+        methods = None  # the message below says why: the rule calls its matches reads
+        if compensate is not None and compensate != "none":
+            problems.add(at(d, "compensate", loc), "a rule with kind: read gets no compensation")
     if reads_only and snapshot is not None:
         problems.add(at(d, "snapshot", loc), _reads_only("snapshot", methods))
     if reads_only and isinstance(compensate, str) and compensate in NEEDS_SNAPSHOT:
@@ -148,6 +157,7 @@ def parse_actions(
         on_snapshot_error=on_error,
         credentials=credentials,
         guard=guard,
+        kind=kind,
         snapshot=snapshot,
         compensate=compensate,
         timeout=timeout,
@@ -157,7 +167,9 @@ def parse_actions(
 
 
 def _reads_only(what: str, methods: frozenset[str] | None) -> str:
-    listed = ", ".join(sorted(methods or ()))
+    if methods is None:
+        return f"{what} needs a mutation, but this rule says kind: read"
+    listed = ", ".join(sorted(methods))
     return f"{what} needs a mutation, but this rule only matches reads ({listed})"
 
 

@@ -32,6 +32,9 @@ ON_SNAPSHOT_ERROR: Final = ("block", "proceed")
 # compensation): only to the origin of the agent's request, or (forward) wherever the rule's
 # templates point.
 CREDENTIALS: Final = ("origin", "forward")
+# What a matching request is, whatever its method says: a search by POST is a read, a GET
+# that triggers an action is a mutation. None: by method (undoproxy/methods.py).
+KINDS: Final = ("read", "mutation")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Rule:
     on_snapshot_error: str = "block"
     credentials: str = "origin"
     guard: Guard | None = None  # this rule's own budgets, counted over its matches per session
+    kind: str | None = None  # read | mutation; None: by method
     reason: str | None = None
     description: str | None = None
     match_spec: MatchSpec = field(default_factory=MatchSpec, repr=False)
