@@ -169,3 +169,23 @@ async def test_a_batched_write_commits_although_nobody_waits_for_it(
     writer.submit(INSERT_SESSION, ("batched", "t", "open"))
     while "batched" not in session_ids(db):  # no flush: it lingers a moment, then commits
         await asyncio.sleep(0.01)
+
+
+async def test_one_bad_row_fails_alone(db: Path, blocker: sqlite3.Connection) -> None:
+    writer = JournalWriter(schema.connect_sync(db, busy_timeout_ms=600_000), timeout=600)
+    writer.start()
+    try:
+        hold(blocker)  # so that the two below queue up and share the next batch
+        first = asyncio.create_task(writer.write(INSERT_SESSION, ("first", "t", "open")))
+        await executing(writer)
+        dup = asyncio.create_task(writer.write(INSERT_SESSION, ("first", "t", "open")))
+        other = asyncio.create_task(writer.write(INSERT_SESSION, ("other", "t", "open")))
+        await asyncio.sleep(0)
+        release(blocker)
+        await first
+        with pytest.raises(JournalError, match="UNIQUE"):
+            await dup
+        await other
+    finally:
+        await writer.close()
+    assert session_ids(db) == {"first", "other"}

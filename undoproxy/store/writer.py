@@ -148,7 +148,12 @@ class JournalWriter:
         stopping = False
         while not stopping:
             first = await self._queue.get()
-            if first is not None and first.done is None and not self._urgent.is_set():
+            if (
+                first is not None
+                and first.done is None
+                and not self._urgent.is_set()
+                and self._queue.qsize() < BATCH_MAX
+            ):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._urgent.wait(), LINGER)
             self._urgent.clear()  # before draining: a write queued after the drain sets it again
@@ -174,12 +179,14 @@ class JournalWriter:
     async def _commit(self, batch: list[_Op]) -> None:
         try:
             await self._execute(batch)
-        except sqlite3.OperationalError as exc:
-            # Locked, disk full, I/O error: the database, not a row, is the problem. Retrying
-            # row by row would only wait out the busy timeout once per row.
-            for op in batch:
-                self._fail(op, exc)
-        except Exception as exc:  # one bad row must not sink the others: retry one by one
+        except Exception as exc:
+            if _database_failed(exc):
+                # Locked, disk full, I/O error: retrying row by row would only wait out the
+                # busy timeout once per row, and fail the same way.
+                for op in batch:
+                    self._fail(op, exc)
+                return
+            # One bad row must not sink the others: retry them one by one.
             log.warning("journal batch of %d failed (%s); retrying row by row", len(batch), exc)
             for op in batch:
                 try:
@@ -227,6 +234,28 @@ class JournalWriter:
         else:
             self.failures += 1
             log.error("journal write lost: %s (%s)", exc, _statement(op.sql))
+
+
+# SQLite's primary result codes that concern the database file, not one statement.
+_DATABASE_ERRORS = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_NOTADB,
+    }
+)
+
+
+def _database_failed(exc: Exception) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in _DATABASE_ERRORS
 
 
 def _statement(sql: str) -> str:
