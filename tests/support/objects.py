@@ -6,7 +6,9 @@ with `/` is a folder: GET lists it as HTML, DELETE removes everything under it).
 `POST /o/` creates an object with a server-chosen key and answers `{"id": KEY}` with no
 Location. `POST /mcp`: a JSON-RPC 2.0 endpoint whose `tools/call` creates a ticket (its
 answer's `id` is the request's). `POST /v1/jobs`: runs a job and answers `{"id": "job-..."}`,
-keeping nothing to GET or DELETE at that id (as LLM and job APIs do).
+keeping nothing to GET or DELETE at that id (as LLM and job APIs do). `/db/{doc}`: documents
+with CouchDB's revisions: every write must name the current `_rev` (in the body, `?rev=` or
+`If-Match`) or is answered 409, gets a new one, and `GET ?rev=` reads an old revision.
 
 Faults a test switches on after the agent's writes, each how some real server behaves:
     drop_metadata   PUT keeps body and Content-Type, drops user metadata (a gateway that does
@@ -74,6 +76,26 @@ class StoreState:
     gate: asyncio.Event | None = None
     writes_done: int = 0  # PUTs and DELETEs that finished (applied or not)
     log: list[Received] = field(default_factory=list)
+    # CouchDB-like documents: id -> revisions, oldest first (a None body is a deletion)
+    docs: dict[str, list[tuple[str, dict[str, Any] | None]]] = field(default_factory=dict)
+
+    def doc(self, doc_id: str) -> dict[str, Any] | None:
+        """The current body of a document (with its `_id` and `_rev`), None when deleted."""
+        revs = self.docs.get(doc_id)
+        if not revs or revs[-1][1] is None:
+            return None
+        rev, body = revs[-1]
+        return {"_id": doc_id, "_rev": rev, **(body or {})}
+
+    def write_doc(self, doc_id: str, body: dict[str, Any] | None) -> str:
+        """Store a new revision (None deletes); returns its rev."""
+        revs = self.docs.setdefault(doc_id, [])
+        clean = (
+            None if body is None else {k: v for k, v in body.items() if k not in ("_id", "_rev")}
+        )
+        rev = f"{len(revs) + 1}-{hashlib.sha256(json.dumps(clean).encode()).hexdigest()[:8]}"
+        revs.append((rev, clean))
+        return rev
 
     def put(self, key: str, body: bytes | str, **headers: str) -> None:
         """Seed an object (headers given as content_type=..., x_amz_meta_owner=...)."""
@@ -190,6 +212,50 @@ async def jobs(request: web.Request) -> web.Response:
     return web.json_response(answer)
 
 
+async def get_doc(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    doc_id = request.match_info["doc"]
+    wanted = request.query.get("rev")
+    for rev, body in state.docs.get(doc_id, []):
+        if rev == wanted and body is not None:
+            return web.json_response({"_id": doc_id, "_rev": rev, **body})
+    doc = state.doc(doc_id)
+    if doc is None or wanted:
+        return web.json_response({"error": "not_found"}, status=404)
+    return web.json_response(doc, headers={"ETag": f'"{doc["_rev"]}"'})
+
+
+def _named_rev(request: web.Request, body: dict[str, Any] | None) -> str | None:
+    if isinstance(body, dict) and body.get("_rev"):
+        return str(body["_rev"])
+    return request.query.get("rev") or request.headers.get("If-Match", "").strip('"') or None
+
+
+async def put_doc(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    doc_id = request.match_info["doc"]
+    body = await request.json()
+    current = state.doc(doc_id)
+    if current is not None and _named_rev(request, body) != current["_rev"]:
+        return web.json_response({"error": "conflict"}, status=409)
+    rev = state.write_doc(doc_id, body)
+    return web.json_response(
+        {"ok": True, "id": doc_id, "rev": rev}, status=201, headers={"ETag": f'"{rev}"'}
+    )
+
+
+async def delete_doc(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    doc_id = request.match_info["doc"]
+    current = state.doc(doc_id)
+    if current is None:
+        return web.json_response({"error": "not_found"}, status=404)
+    if _named_rev(request, None) != current["_rev"]:
+        return web.json_response({"error": "conflict"}, status=409)
+    rev = state.write_doc(doc_id, None)
+    return web.json_response({"ok": True, "id": doc_id, "rev": rev})
+
+
 def create_app(state: StoreState) -> web.Application:
     """The store over `state`."""
     app = web.Application(middlewares=[gatekeeper])
@@ -200,6 +266,9 @@ def create_app(state: StoreState) -> web.Application:
     app.router.add_delete("/o/{key:.+}", delete)
     app.router.add_post("/mcp", mcp)
     app.router.add_post("/v1/jobs", jobs)
+    app.router.add_get("/db/{doc}", get_doc)
+    app.router.add_put("/db/{doc}", put_doc)
+    app.router.add_delete("/db/{doc}", delete_doc)
     return app
 
 

@@ -467,6 +467,7 @@ class Rollback:
             if current.state == PRESENT and isinstance(now, dict) and "_rev" in now:
                 body["_rev"] = now["_rev"]
             out = out.with_json_body(body)
+            out.url = resource_url(out.url)  # the body names the revision, not a stale `?rev=`
         if out.method == "PUT" and not run.force and go.etag:
             out.headers["If-Match"] = go.etag
         return out
