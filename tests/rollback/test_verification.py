@@ -112,6 +112,42 @@ def test_a_delete_that_deletes_nothing_is_failed(
     assert created not in store.objects
 
 
+def test_a_restore_that_cannot_be_read_back_is_unverified_then_verified_later(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    before = seed(store)
+    overwrite(up, server, session_id)
+    store.pass_reads, store.fail_reads, store.read_status = 1, 1, 405  # only the read-back
+
+    report = rollback(up, session_id)
+    assert (report["state"], report["counts"]) == ("rollback_incomplete", {"unverified": 1})
+    assert "cannot be read back (GET answered HTTP 405)" in details(report)[0]
+    assert store.objects["report.txt"] == before  # it did work, but nobody could show it
+
+    puts = len(store.requests("PUT"))
+    again = rollback(up, session_id)  # readable now: decided by reading, not re-sent
+    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    assert "nothing was sent again" in details(again)[0]
+    assert len(store.requests("PUT")) == puts
+
+
+def test_a_read_back_that_fails_is_failed_and_a_later_rollback_reads_instead_of_resending(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    before = seed(store)
+    overwrite(up, server, session_id)
+    store.pass_reads, store.fail_reads, store.read_status = 1, 4, 503
+
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    assert "could not be read back to verify it (GET answered HTTP 503)" in details(report)[0]
+
+    puts = len(store.requests("PUT"))
+    again = rollback(up, session_id)
+    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    assert len(store.requests("PUT")) == puts and store.objects["report.txt"] == before
+
+
 @pytest.mark.parametrize("status", [503, 401, 403])
 def test_an_unreadable_target_before_a_restore_is_failed_and_nothing_is_sent(
     up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str, status: int

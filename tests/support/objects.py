@@ -14,7 +14,8 @@ Faults a test switches on after the agent's writes, each how some real server be
     drop_metadata   PUT keeps body and Content-Type, drops user metadata (a gateway that does
                     not support x-amz-meta-* on overwrite)
     ignore_writes   PUT and DELETE answer 2xx and change nothing (read-only replica, a cache)
-    fail_reads      this many GETs answer `read_status` (503 with Retry-After: 0, or 401)
+    fail_reads      this many GETs answer `read_status` (503 with Retry-After: 0, or 401),
+                    after `pass_reads` more have been answered normally
     weak_etags      GET answers `W/"..."` where PUT answered `"..."` (nginx with gzip)
     gate            PUTs and DELETEs wait until it is set (to stop undoproxy mid-send)
 `X-Test-Drop: after` on an agent's PUT applies it, then drops the connection unanswered.
@@ -73,6 +74,7 @@ class StoreState:
     weak_etags: bool = False
     fail_reads: int = 0
     read_status: int = 503
+    pass_reads: int = 0
     gate: asyncio.Event | None = None
     writes_done: int = 0  # PUTs and DELETEs that finished (applied or not)
     log: list[Received] = field(default_factory=list)
@@ -124,7 +126,9 @@ async def gatekeeper(request: web.Request, handler: Any) -> web.StreamResponse:
     if request.method in ("PUT", "DELETE") and state.gate is not None:
         await request.read()  # the whole request has arrived; only the answer waits
         await state.gate.wait()
-    if request.method == "GET" and state.fail_reads > 0:
+    if request.method == "GET" and state.pass_reads > 0:
+        state.pass_reads -= 1
+    elif request.method == "GET" and state.fail_reads > 0:
         state.fail_reads -= 1
         return web.json_response(
             {"error": "unavailable"}, status=state.read_status, headers={"Retry-After": "0"}

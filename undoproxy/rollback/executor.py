@@ -331,6 +331,12 @@ class Rollback:
         snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
         if snap is not None:
             current = await self._read(step, snap.url, snap)
+            if current.state == UNSUPPORTED:
+                return Verdict(
+                    "unverified",
+                    f"{earlier}; the target cannot be read back ({current.why}), so whether it "
+                    f"took effect is unknown; it is never sent twice: {RESOLVE}",
+                )
             if current.state not in (PRESENT, ABSENT):
                 return Verdict(
                     "failed",
