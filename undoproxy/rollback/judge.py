@@ -1,0 +1,329 @@
+"""Deciding by reading: what the target shows before a compensation, and after it.
+
+Every decision here rests on a GET of the target (see `compare.py` for what counts as
+evidence): the drift check before a first attempt, the re-check of a step whose compensation
+may already have been applied, the confirmation of an inferred creation, and the read-back
+that alone makes a step `compensated`. A read never decides from an unreadable answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from undoproxy import redact
+from undoproxy.compensators.model import Snapshot, origin
+from undoproxy.credentials import CredentialBox
+from undoproxy.retry import RetryPolicy
+from undoproxy.rollback import compare
+from undoproxy.rollback.compare import ABSENT, PRESENT, UNSUPPORTED, Read
+from undoproxy.rollback.outgoing import Outgoing, read_request, resource_url
+from undoproxy.rollback.report import Attempts, Verdict
+from undoproxy.store.records import Step
+from undoproxy.upstream import UpstreamClient, UpstreamError, UpstreamResponse
+
+RESOLVE = "check by hand, then `undoproxy resolve STEP`"
+
+
+@dataclass
+class Go:
+    """Send the compensation; `current` is the target as last read (for If-Match, `_rev`)."""
+
+    current: Read | None = None
+    etag: str | None = None  # a strong ETag the target is known to have right now
+    note: str = ""  # why it is sent (again), put before what came of it
+
+
+@dataclass
+class RunState:
+    """One rollback run: its flags, and what it learned about each resource so far."""
+
+    force: bool
+    dry_run: bool
+    # resource -> (seq, verdict) of the newest step of this run that wrote it
+    targets: dict[str, tuple[int, Verdict]] = field(default_factory=dict)
+
+
+def target_key(url: str | None) -> str | None:
+    """One name per resource: scheme, host, path and query, without version pins."""
+    if not url:
+        return None
+    p = urlsplit(resource_url(url))
+    return urlunsplit((p.scheme, p.netloc.lower(), p.path.rstrip("/") or "/", p.query, ""))
+
+
+class Judge:
+    """Reads targets with the step's credentials and decides what they show."""
+
+    def __init__(self, client: UpstreamClient, box: CredentialBox, policy: RetryPolicy) -> None:
+        self.client = client
+        self.box = box
+        self.policy = policy
+
+    async def before(
+        self, step: Step, comp: dict[str, Any], run: RunState, key: str | None
+    ) -> Verdict | Go:
+        """The first attempt: unknown outcomes, the chain of steps on one target, drift."""
+        snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
+        if step.status == "unknown":
+            if snap is None:
+                return Go()
+            current = await self.read(step, snap.url, snap)
+            if current.state not in (PRESENT, ABSENT):
+                return Verdict(
+                    "failed",
+                    f"the outcome was unknown and the target could not be read to tell whether "
+                    f"the request took effect ({current.why}); nothing was sent, a later "
+                    "rollback reads it again",
+                )
+            assert current.response is not None
+            if not compare.differences(snap, current.response):
+                return Verdict(
+                    "skipped",
+                    "the outcome was unknown and the target is as it was before: the request "
+                    "did not take effect",
+                )
+            return Go(current)  # it did take effect: undo it (no baseline to check drift)
+        newer = run.targets.get(key) if key else None
+        if newer is not None:
+            seq, verdict = newer
+            if verdict.status in ("compensated", "planned"):
+                # Compared once, against the newest step: this one follows its restore.
+                return Go(etag=verdict.etag)
+            if verdict.status in ("conflict", "failed"):
+                return Verdict(
+                    verdict.status,
+                    f"not attempted: the newer step #{seq} on the same target ended "
+                    f"{verdict.status}; undo that one first",
+                )
+        if comp.get("kind") == "delete-created" and comp.get("inferred"):
+            return await self.confirm_created(step, comp)
+        if run.force or snap is None or not (comp.get("after") or comp.get("check_absent")):
+            return Go()
+        current = await self.read(step, snap.url, snap)
+        if current.state not in (PRESENT, ABSENT):
+            return Verdict(
+                "failed",
+                f"could not re-read the target before compensating ({current.why}); nothing "
+                "was sent, a later rollback will retry",
+            )
+        assert current.response is not None
+        if not compare.differences(snap, current.response):
+            return Verdict(
+                "compensated",
+                "the target is already as it was before this step (read back); nothing was sent",
+                etag=current.etag,
+            )
+        if comp.get("check_absent"):
+            if current.state == PRESENT:
+                return Verdict(
+                    "conflict",
+                    "the deleted resource exists again; nothing was overwritten (use --force "
+                    "to recreate it anyway)",
+                )
+            return Go(current)
+        changed = compare.changed_since(current.response, comp["after"])
+        if changed:
+            return Verdict(
+                "conflict",
+                f"the target changed since this step ({changed}); nothing was overwritten "
+                "(use --force to restore anyway)",
+            )
+        return Go(current, compare.strong_etag(current.etag))
+
+    async def confirm_created(self, step: Step, comp: dict[str, Any]) -> Verdict | Go:
+        """An inferred delete-created: is there anything at the URL undoproxy guessed?"""
+        current = await self.read(step, comp["url"], None)
+        if current.state == ABSENT:
+            return Verdict(
+                "irreversible",
+                f"cannot confirm what the {step.method} created: undoproxy inferred "
+                f"{redact.url(comp['url'])} from the response and it answers "
+                f"{current.why.removeprefix('GET answered ')}; {RESOLVE}",
+            )
+        if current.state != PRESENT:
+            return Verdict(
+                "failed",
+                f"could not read {redact.url(comp['url'])} to confirm what the "
+                f"{step.method} created ({current.why}); nothing was sent, a later rollback "
+                "will retry",
+            )
+        return Go(current)
+
+    async def recheck(
+        self, step: Step, comp: dict[str, Any], attempts: Attempts, run: RunState
+    ) -> Verdict | Go:
+        """A compensation went out before: decide by reading the target, never blind."""
+        earlier = (
+            "a compensation was being sent when undoproxy stopped"
+            if step.status == "compensating"
+            else "an earlier rollback sent a compensation"
+        )
+        if attempts.recreated_at:
+            return Verdict(
+                "unverified",
+                f"an earlier rollback sent a POST to recreate it ("
+                f"{redact.url(attempts.recreated_at)}), under a new URL; a POST is never sent "
+                f"twice: {RESOLVE}",
+            )
+        snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
+        if snap is not None:
+            current = await self.read(step, snap.url, snap)
+            if current.state == UNSUPPORTED:
+                return Verdict(
+                    "unverified",
+                    f"{earlier}; the target cannot be read back ({current.why}), so whether it "
+                    f"took effect is unknown; it is never sent twice: {RESOLVE}",
+                )
+            if current.state not in (PRESENT, ABSENT):
+                return Verdict(
+                    "failed",
+                    f"{earlier}; the target could not be read to tell whether it took effect "
+                    f"({current.why}); nothing was sent, a later rollback reads it again",
+                )
+            assert current.response is not None
+            diffs = compare.differences(snap, current.response)
+            if not diffs:
+                return Verdict(
+                    "compensated",
+                    f"{earlier}; read back, the target is as it was before this step: "
+                    "nothing was sent again",
+                    etag=current.etag,
+                )
+            left = as_left(current.response, comp)
+            if left or (run.force and comp["method"] in ("PUT", "DELETE", "PATCH")):
+                why = "the target is as the step left it" if left else "--force"
+                note = f"{earlier} and it did not take effect ({why}): sent again; "
+                return Go(current, compare.strong_etag(current.etag), note)
+            return Verdict(
+                "failed",
+                f"{earlier}; the target is neither as before this step nor as the step left "
+                f"it ({'; '.join(diffs)}); it was not sent again: check by hand (--force "
+                "sends it again)",
+            )
+        if comp.get("method") == "DELETE":
+            current = await self.read(step, comp["url"], None)
+            if current.state == ABSENT:
+                return Verdict(
+                    "compensated",
+                    f"{earlier}; read back, it is gone ({current.why}): nothing was sent again",
+                )
+            if current.state == PRESENT:  # still there: the earlier DELETE did not apply
+                return Go(current, note=f"{earlier} and it is still there: sent again; ")
+            return Verdict(
+                "failed",
+                f"{earlier}; the target could not be read to tell whether it took effect "
+                f"({current.why}); nothing was sent, a later rollback reads it again",
+            )
+        return Verdict(
+            "unverified",
+            f"{earlier}, and whether it took effect cannot be read back (no snapshot to "
+            f"compare with); it is never sent twice: {RESOLVE}",
+        )
+
+    async def verify(
+        self, step: Step, comp: dict[str, Any], out: Outgoing, answered: str
+    ) -> Verdict:
+        """Read the target back: only a read that shows the prior state makes it compensated."""
+        snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
+        if snap is not None:
+            current = await self.read(step, snap.url, snap)
+        elif out.method == "DELETE":
+            current = await self.read(step, out.url, None)
+        else:
+            return Verdict(
+                "unverified",
+                f"{answered}; there is no snapshot to compare with, so undoproxy cannot show "
+                f"the step was undone: {RESOLVE}",
+            )
+        if current.state == UNSUPPORTED:
+            return Verdict(
+                "unverified",
+                f"{answered}, but the target cannot be read back ({current.why}): {RESOLVE}",
+            )
+        if current.state not in (PRESENT, ABSENT):
+            return Verdict(
+                "failed",
+                f"{answered}, but the target could not be read back to verify it "
+                f"({current.why}); a later rollback reads it again",
+            )
+        assert current.response is not None
+        if snap is None:
+            if current.state == ABSENT:
+                return Verdict("compensated", f"{answered}; read back: gone ({current.why})")
+            return Verdict(
+                "failed", f"{answered}, but it is still there ({current.why}); {RESOLVE}"
+            )
+        diffs = compare.differences(snap, current.response)
+        if diffs:
+            return Verdict(
+                "failed",
+                f"{answered}, but the target is not as it was before this step: {'; '.join(diffs)}",
+            )
+        seen = "gone" if not snap.existed else "matches the snapshot"
+        return Verdict("compensated", f"{answered}; read back: {seen}", etag=current.etag)
+
+    async def verify_recreated(
+        self,
+        step: Step,
+        comp: dict[str, Any],
+        attempts: Attempts,
+        fallback: Outgoing,
+        resp: UpstreamResponse,
+        first: int,
+    ) -> Verdict:
+        """A recreate that fell back to POST: the resource is back, but under a new URL."""
+        where = resp.header("Location")
+        how = f"recreated with POST to the collection (PUT answered {first})"
+        if not where:
+            attempts.recreated_at = fallback.url
+            return Verdict(
+                "unverified",
+                f"{how}; no Location was given, so the new resource cannot be read back: {RESOLVE}",
+                attempts.into(comp),
+            )
+        url = urljoin(fallback.url, where)
+        attempts.recreated_at = url
+        snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
+        found = ""
+        if snap is not None and origin(url) == origin(step.url):
+            current = await self.read(step, url, snap)
+            if current.state == PRESENT and current.response is not None:
+                diffs = compare.differences(snap, current.response, ignore=("id", "_id"))
+                found = (
+                    "; its content matches the snapshot apart from its id"
+                    if not diffs
+                    else f"; it differs from the snapshot: {'; '.join(diffs)}"
+                )
+            else:
+                found = f"; it cannot be read back ({current.why})"
+        return Verdict(
+            "unverified",
+            f"{how}; new location {redact.url(url)}{found}; what referred to the old URL "
+            f"must be fixed by hand: {RESOLVE}",
+            attempts.into(comp),
+        )
+
+    async def read(self, step: Step, url: str, snap: Snapshot | None) -> Read:
+        """GET the resource (never a pinned version of it) with the agent's credentials."""
+        target = resource_url(url)
+        accept = snap.content_type if snap is not None else None
+        request = read_request(target, step.url, self.box.open(step.credentials), accept)
+        try:
+            resp = await self.client.send_with_retries(
+                "GET", request.url, self.policy, request.headers
+            )
+        except UpstreamError as exc:
+            return Read(target, None, str(exc))
+        return Read(target, resp)
+
+
+def as_left(current: UpstreamResponse, comp: dict[str, Any]) -> bool | None:
+    """Is the target as the agent's step left it? None when nothing says what that was."""
+    if comp.get("check_absent"):
+        return current.status in (404, 410)
+    after = comp.get("after")
+    if not after:
+        return None
+    return compare.changed_since(current, after) == ""
