@@ -109,6 +109,44 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Run clients (or CMD) under the agent environment; name any that goes around undoproxy
+    or does not trust its CA, with the fix. Exit 1 when one does."""
+    from undoproxy.doctor import PROBES, Doctor, report
+    from undoproxy.runtimes.env import variables
+
+    args.session = args.session or "doctor"
+    setup = _agent_setup(args)
+    client = _client(args)
+    path = f"/api/sessions/{quote(args.session, safe='')}"
+    ports = {urlsplit(setup.proxy_url).port or 8080}
+    if setup.session_port is not None:
+        ports.add(setup.session_port[1])
+    doctor = Doctor(
+        {**os.environ, **dict(variables(setup))}, lambda: client.call("GET", path)["steps"], ports
+    )
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    _out(
+        f"undoproxy doctor: session {args.session}, canary on {doctor.host} "
+        f"(a private CA nothing trusts)"
+    )
+    status = 0
+    try:
+        if command:
+            findings, status = doctor.command(command)
+        else:
+            findings = [doctor.probe(probe) for probe in PROBES]
+    finally:
+        doctor.close()
+    _out(report(findings))
+    problems = [f for f in findings if f.verdict in ("BYPASS", "TRUST", "FAILED")]
+    if problems:
+        _out(f"{len(problems)} problem(s); see docs/clients.md for every runtime")
+        return 1
+    _out("no client went around undoproxy")
+    return status
+
+
 def cmd_sessions(args: argparse.Namespace) -> int:
     """List sessions, newest first."""
     query = f"?state={quote(args.state)}" if args.state else ""
@@ -405,6 +443,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("sh", "fish", "powershell", "dotenv", "json"),
         default="sh",
         help="how to print it (default: sh, for eval)",
+    )
+    p = command("doctor", cmd_doctor, admin=True)
+    p.add_argument("--session", metavar="ID", help="the session to probe in (default: doctor)")
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD",
+        help="run CMD instead of the built-in probes ({canary} in it: the canary's URL)",
     )
     p = command("sessions", cmd_sessions, admin=True)
     p.add_argument("--state", help="only sessions in this state")

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtimes.conftest import PYTHON, agent_env, in_session, need, need_module, run
+from tests.runtimes.conftest import (
+    PYTHON,
+    agent_env,
+    in_session,
+    need,
+    need_module,
+    run,
+    skip_or_fail,
+)
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -30,6 +38,7 @@ class Client:
     argv: Callable[[str, Path], list[str]]
     tool: str = ""
     module: str = ""
+    npm: str = ""  # a package .ci/run installs into .venv/node
     remote: bool = False  # never proxies loopback: call the machine's own address
     may_fail: bool = False  # an SDK that cannot parse the echo's answer: only the step counts
 
@@ -154,6 +163,7 @@ CLIENTS = [
             url,
         ],
         "node",
+        npm="undici",
     ),
     Client(
         "node-axios",
@@ -165,6 +175,7 @@ CLIENTS = [
             url,
         ],
         "node",
+        npm="axios",
         remote=True,  # axios's NO_PROXY treats every loopback address as 127.0.0.1
     ),
     Client("java", _write("Probe.java", JAVA, "java", "{file}"), "java", remote=True),
@@ -268,6 +279,8 @@ def test_runtime_goes_through_undoproxy_into_its_session(
         need(client.tool)
     if client.module:
         need_module(client.module)
+    if client.npm and not (NODE_MODULES / client.npm).is_dir():
+        skip_or_fail(f"the npm package {client.npm} is not in {NODE_MODULES} (.ci/run installs it)")
     upstream: ThreadedServer = (
         request.getfixturevalue("remote_upstream") if client.remote else api_upstream
     )

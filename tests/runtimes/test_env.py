@@ -1,0 +1,152 @@
+"""`undoproxy env`: every shell format says the same thing, the JVM truststore is sound, and
+a session's own port puts every connection in that session, behind the same rules and guard,
+in token mode too and across a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+from tests.runtimes.conftest import agent_env, steps
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+from undoproxy.runtimes import truststore
+from undoproxy.runtimes.env import SHELLS, Setup, render, variables
+
+SETUP = Setup(
+    proxy_url="http://s1:t0k'en@127.0.0.1:8080",
+    ca_cert=Path("/state dir/mitmproxy-ca-cert.pem"),
+    ca_bundle=Path("/state dir/ca-bundle.pem"),
+    no_proxy=("127.0.0.1", "localhost", "::1"),
+    session="s1",
+    session_port=("127.0.0.1", 40001),
+)
+
+
+def test_sh_output_evals_to_exactly_the_values() -> None:
+    values = dict(variables(SETUP))
+    script = render(variables(SETUP), "sh") + "\nenv -0"
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True, env={})
+    seen = dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
+    assert {k: seen[k] for k in values} == values
+    assert "-Dhttps.proxyPort=40001" in values["JAVA_TOOL_OPTIONS"]  # the session's own port
+    assert values["UNDOPROXY_SESSION_PROXY"] == "http://127.0.0.1:40001"
+
+
+@pytest.mark.parametrize(
+    ("shell", "line"),
+    [
+        ("fish", "set -gx HTTPS_PROXY 'http://s1:t0k\\'en@127.0.0.1:8080'"),
+        ("powershell", "$env:HTTPS_PROXY = 'http://s1:t0k''en@127.0.0.1:8080'"),
+        ("dotenv", 'HTTPS_PROXY="http://s1:t0k\'en@127.0.0.1:8080"'),
+        ("sh", "export HTTPS_PROXY='http://s1:t0k'\"'\"'en@127.0.0.1:8080'"),
+    ],
+)
+def test_each_shell_quotes_its_own_way(shell: str, line: str) -> None:
+    assert line in render(variables(SETUP), shell).splitlines()
+
+
+def test_json_and_every_shell_name_the_same_variables() -> None:
+    names = [k for k, _ in variables(SETUP)]
+    assert list(json.loads(render(variables(SETUP), "json"))) == names
+    for shell in SHELLS:
+        assert len(render(variables(SETUP), shell).splitlines()) >= len(names)
+
+
+def test_the_truststore_holds_every_certificate_of_the_bundle_with_a_valid_mac(
+    rt_proxy: Undoproxy,
+) -> None:
+    bundle = Path(rt_proxy.ca_bundle).read_bytes()
+    data = (rt_proxy.state_dir / "truststore.p12").read_bytes()
+    loaded = pkcs12.load_pkcs12(data, truststore.PASSWORD.encode())  # checks the MAC
+    assert len(loaded.additional_certs) == bundle.count(b"BEGIN CERTIFICATE") > 10
+    with pytest.raises(ValueError):
+        pkcs12.load_pkcs12(data, b"wrong password")
+
+
+def test_env_without_a_session_and_the_cli_itself_never_proxied(rt_proxy: Undoproxy) -> None:
+    run = rt_proxy.cli("env", "--shell", "json")
+    assert run.returncode == 0, run.stderr
+    values = json.loads(run.stdout)
+    assert "UNDOPROXY_SESSION_PROXY" not in values
+    assert values["HTTPS_PROXY"] == rt_proxy.proxy_url()
+    for name in ("WGETRC", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS"):
+        assert Path(values[name]).is_file(), name
+    assert Path(values["PHP_INI_SCAN_DIR"].lstrip(":"), "undoproxy.ini").is_file()
+
+
+def _curl(
+    port: int, url: str, env: dict[str, str], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--proxy",
+            f"http://127.0.0.1:{port}",
+            "--cacert",
+            env["SSL_CERT_FILE"],
+            *extra,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_session_port_is_the_session_in_token_mode_behind_the_rules_and_across_restarts(
+    tmp_path: Path, api_upstream: ThreadedServer
+) -> None:
+    config = {
+        "proxy": {"auth": "token"},
+        "rules": [
+            {
+                "name": "no-deletes",
+                "match": {"host": "127.0.0.2", "method": "DELETE"},
+                "action": "deny",
+            },
+        ],
+    }
+    proxy = Undoproxy(tmp_path, config).start()
+    try:
+        env = agent_env(proxy, "javaish")
+        port = int(env["UNDOPROXY_SESSION_PROXY"].rsplit(":", 1)[1])
+        assert agent_env(proxy, "javaish")["UNDOPROXY_SESSION_PROXY"].endswith(f":{port}")
+        url = f"{api_upstream.base_url}/echo/by-port"
+        # No credentials at all: the main port refuses (token mode), the session port does not.
+        refused = _curl(proxy.proxy_port, url, env)
+        assert "407" in refused.stdout + refused.stderr
+        assert _curl(port, url, env).stdout == "200"
+        # Credentials of another session change nothing on a session's own port.
+        other = _curl(port, url + "?other", env, "--proxy-user", "intruder:nope")
+        assert other.stdout == "200"
+        # The same rules apply: a denied request is refused and never forwarded.
+        denied = _curl(port, url + "-delete", env, "-X", "DELETE")
+        assert denied.stdout == "403"
+        seen = [
+            (s["method"], s["url"].split("/echo/", 1)[1], s["status"])
+            for s in steps(proxy, "javaish")
+        ]
+        assert seen == [
+            ("GET", "by-port", "succeeded"),
+            ("GET", "by-port?other", "succeeded"),
+            ("DELETE", "by-port-delete", "denied"),
+        ]
+        assert proxy.stop() == 0
+        proxy.output = []  # new ephemeral admin and proxy ports: read the new banner
+        proxy.start()  # the session's port is reopened for the same session
+        assert _curl(port, url + "?again", env).stdout == "200"
+        assert steps(proxy, "javaish")[-1]["url"].endswith("by-port?again")
+    finally:
+        proxy.stop()
+    assert os.path.exists(tmp_path / "state" / "session-ports.json")
