@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -200,39 +200,6 @@ def test_force_targets_the_resource_not_the_version_in_the_query(
 
 
 # --- steps that cannot be sent, and compensations that point elsewhere ---------------------
-
-
-@pytest.fixture(scope="module")
-def ruled(
-    tmp_path_factory: pytest.TempPathFactory, plain_upstream: ThreadedServer
-) -> Iterator[Undoproxy]:
-    elsewhere = f"http://127.0.0.1:{plain_upstream.port}/echo/cancel"
-    rules = {
-        "rules": [
-            {
-                "name": "note-with-reason",
-                "match": {"method": "POST", "path": "/o/"},
-                "compensate": {
-                    "method": "DELETE",
-                    "url": "/o/${response.body.id}",
-                    "headers": {"X-Reason": "${request.body.reason}"},
-                },
-            },
-            {
-                "name": "linked",
-                "match": {"method": "PUT", "path": "/o/linked/{name}"},
-                "compensate": {"method": "DELETE", "url": "${request.body.target}"},
-            },
-            {
-                "name": "job-elsewhere",
-                "match": {"method": "POST", "path": "/v1/jobs"},
-                "compensate": {"method": "POST", "url": elsewhere, "body": {"job": "x"}},
-            },
-        ]
-    }
-    instance = Undoproxy(tmp_path_factory.mktemp("rollback-rules"), rules).start()
-    yield instance
-    instance.stop()
 
 
 def test_one_step_that_cannot_be_sent_never_stops_the_others(

@@ -272,6 +272,17 @@ def test_an_inferred_creation_is_confirmed_before_it_is_claimed(
     assert not store.requests("DELETE")  # never "compensated: already gone"
 
 
+def test_a_creation_a_rule_names_is_already_undone_when_it_is_gone(
+    ruled: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    with ruled.agent(session_id, headers=AUTH) as s:
+        made = s.post(f"{server.base_url}/o/made/", data=b"draft").json()["id"]
+    del store.objects[f"made/{made}"]  # someone removed it by hand meanwhile
+    report = rollback(ruled, session_id)
+    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    assert "DELETE answered 404; read back: gone" in details(report)[0]
+
+
 def test_dry_run_predicts_the_real_run_for_a_resource_written_twice(
     up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
 ) -> None:

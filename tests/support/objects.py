@@ -3,12 +3,13 @@
 `/o/{key}`: GET (ETag, the stored representation headers: Content-Type, Content-Language,
 Cache-Control, x-amz-meta-*), PUT (store body and those headers), DELETE (204; a key ending
 with `/` is a folder: GET lists it as HTML, DELETE removes everything under it).
-`POST /o/` creates an object with a server-chosen key and answers `{"id": KEY}` with no
-Location. `POST /mcp`: a JSON-RPC 2.0 endpoint whose `tools/call` creates a ticket (its
-answer's `id` is the request's). `POST /v1/jobs`: runs a job and answers `{"id": "job-..."}`,
-keeping nothing to GET or DELETE at that id (as LLM and job APIs do). `/db/{doc}`: documents
-with CouchDB's revisions: every write must name the current `_rev` (in the body, `?rev=` or
-`If-Match`) or is answered 409, gets a new one, and `GET ?rev=` reads an old revision.
+`POST /o/` (or `/o/FOLDER/`) creates an object with a server-chosen name in it and answers
+`{"id": NAME}` with no Location. `POST /mcp`: a JSON-RPC 2.0 endpoint whose `tools/call`
+creates a ticket (its answer's `id` is the request's). `POST /v1/jobs`: runs a job and
+answers `{"id": "job-..."}`, keeping nothing to GET or DELETE at that id (as LLM and job APIs
+do). `/db/{doc}`: documents with CouchDB's revisions: every write must name the current
+`_rev` (in the body, `?rev=` or `If-Match`) or is answered 409, gets a new one, and
+`GET ?rev=` reads an old revision.
 
 Faults a test switches on after the agent's writes, each how some real server behaves:
     drop_metadata   PUT keeps body and Content-Type, drops user metadata (a gateway that does
@@ -193,10 +194,11 @@ async def delete(request: web.Request) -> web.Response:
 
 async def create(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    key = f"obj-{state.next_id}"
+    name = f"obj-{state.next_id}"
     state.next_id += 1
+    key = request.match_info["folder"] + name
     state.objects[key] = Obj(await request.read(), {"content-type": "application/octet-stream"})
-    return web.json_response({"id": key}, status=201)
+    return web.json_response({"id": name}, status=201)
 
 
 async def mcp(request: web.Request) -> web.Response:
@@ -264,7 +266,7 @@ def create_app(state: StoreState) -> web.Application:
     """The store over `state`."""
     app = web.Application(middlewares=[gatekeeper])
     app[STATE] = state
-    app.router.add_post("/o/", create)
+    app.router.add_post("/o/{folder:(.+/)?}", create)
     app.router.add_get("/o/{key:.+}", read)
     app.router.add_put("/o/{key:.+}", write)
     app.router.add_delete("/o/{key:.+}", delete)
