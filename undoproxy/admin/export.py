@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -69,9 +70,37 @@ def _entry(step: Step) -> dict[str, Any]:
     if step.request_body is not None:
         entry["request"]["postData"] = {
             "mimeType": request_type,
-            "text": redact.body_text(step.request_body, request_type) or "",
+            "text": _as_sent(step.request_body, request_type),
         }
     return entry
+
+
+def _as_sent(body: bytes, content_type: str) -> str:
+    """The request body as it was sent (not re-serialised), secrets hidden; where hiding them
+    in place cannot be shown complete, the redacted display form instead."""
+    kind = content_type.lower()
+    try:
+        decoded = body.decode("utf-8")
+    except UnicodeDecodeError:
+        decoded = None
+    if decoded is None or "multipart/" in kind:
+        return redact.body_text(body, content_type) or ""
+    if "x-www-form-urlencoded" in kind:
+        return redact.query(decoded)
+    shown = redact.text(decoded)
+    try:
+        json.loads(decoded)
+    except ValueError:
+        return shown  # not JSON: text as sent, secrets hidden in place
+    try:
+        parsed = json.loads(shown)
+    except ValueError:
+        parsed = None
+    # JSON hidden in place must still be JSON and leave nothing the structural redaction
+    # would hide; else the redacted display form.
+    if parsed is None or redact.json_value(parsed) != parsed:
+        return redact.body_text(body, content_type) or ""
+    return shown
 
 
 def har(session: Session, steps: list[Step]) -> dict[str, Any]:
