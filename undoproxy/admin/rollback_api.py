@@ -43,6 +43,13 @@ def _flags(body: dict[str, object]) -> dict[str, bool]:
     return flags
 
 
+def _finished(task: asyncio.Task[Report]) -> None:
+    _RUNNING.discard(task)
+    error = None if task.cancelled() else task.exception()
+    if error is not None and not isinstance(error, RollbackRefused):
+        log.error("rollback %s failed", task.get_name(), exc_info=error)
+
+
 async def rollback_session(request: web.Request) -> web.StreamResponse:
     """Roll a session back."""
     ctx = request.app[CONTEXT]
@@ -88,7 +95,7 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
         name=f"rollback-{session_id}",
     )
     _RUNNING.add(task)
-    task.add_done_callback(_RUNNING.discard)
+    task.add_done_callback(_finished)
     try:
         report = await asyncio.shield(task)
     except RollbackRefused as exc:
