@@ -179,30 +179,28 @@ class Rollback:
             go: Verdict | Go = await self.judge.recheck(step, comp, attempts, run)
         else:
             go = await self.judge.before(step, comp, run, key)
-        if isinstance(go, Go):
-            if run.dry_run:
-                go_verdict = Verdict(
-                    "planned", f"would send {comp['method']} {redact.url(comp['url'])}"
-                )
-            else:
-                go_verdict = await self._send(step, comp, attempts, run, go)
-            verdict = go_verdict
-        else:
+        if not isinstance(go, Go):
             verdict = go
+        elif run.dry_run:
+            verdict = Verdict("planned", f"would send {comp['method']} {redact.url(comp['url'])}")
+        else:
+            verdict = await self._send(step, comp, attempts, run, go)
         if key is not None and key not in run.targets and verdict.status != "skipped":
             run.targets[key] = (step.seq, verdict)
         return verdict
 
-    # --- before sending ---------------------------------------------------------------------
-
-    # --- sending and verifying --------------------------------------------------------------
+    # --- sending --------------------------------------------------------------
 
     async def _send(
         self, step: Step, comp: dict[str, Any], attempts: Attempts, run: RunState, go: Go
     ) -> Verdict:
         credentials = self.box.open(step.credentials)
-        out = compensation_request(comp, step.url, credentials, force=run.force)
-        out = await self._fit(step, out, go, run)
+        fitted = await self._fit(
+            step, compensation_request(comp, step.url, credentials, force=run.force), go, run
+        )
+        if isinstance(fitted, Verdict):
+            return fitted
+        out = fitted
         attempts.sent += 1
         attempts.answer, attempts.refused = None, False
         try:  # durably before it goes out: a crash from here on is decided by a read
@@ -225,7 +223,7 @@ class Rollback:
                 try:
                     await self.journal.update_now(step, compensation=attempts.into(comp))
                 except JournalError as exc:
-                    attempts.recreated_at = None
+                    attempts.recreated_at, attempts.answer = None, first
                     return Verdict(
                         "failed",
                         f"PUT answered {first}, and the POST to recreate it could not be "
@@ -269,7 +267,7 @@ class Rollback:
         verdict.compensation = attempts.into(comp)
         return verdict
 
-    async def _fit(self, step: Step, out: Outgoing, go: Go, run: RunState) -> Outgoing:
+    async def _fit(self, step: Step, out: Outgoing, go: Go, run: RunState) -> Outgoing | Verdict:
         """Preconditions for the write: If-Match with a known strong ETag; CouchDB's `_rev`."""
         body = out.json_body() if out.method == "PUT" else None
         if isinstance(body, dict) and "_rev" in body:
@@ -279,7 +277,11 @@ class Rollback:
             if current is None:
                 current = await self.judge.read(step, out.url, None)
             if current.state not in (PRESENT, ABSENT):
-                raise NotSendable(f"the target's revision could not be read ({current.why})")
+                return Verdict(
+                    "failed",
+                    f"could not read the revision the target has now ({current.why}); nothing "
+                    "was sent, a later rollback will retry",
+                )
             now = parse_json(current.response.body) if current.response is not None else None
             body = {k: v for k, v in body.items() if k != "_rev"}
             if current.state == PRESENT and isinstance(now, dict) and "_rev" in now:
