@@ -272,10 +272,11 @@ def cli_command() -> str:
 async def serve(config: Config) -> None:
     """Run until SIGINT/SIGTERM; the journal is flushed before returning."""
     running = await start(config)
-    print(banner(config, running), flush=True)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, running.master.shutdown)
+    # Only once a signal stops us cleanly: whoever waits for the banner may stop us at once.
+    print(banner(config, running), flush=True)
     try:
         await running.master.should_exit.wait()
     finally:

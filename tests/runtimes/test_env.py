@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,46 @@ def test_a_session_port_is_the_session_in_token_mode_behind_the_rules_and_across
     finally:
         proxy.stop()
     assert os.path.exists(tmp_path / "state" / "session-ports.json")
+
+
+def test_every_start_says_where_the_token_is_and_names_the_cli_as_run(tmp_path: Path) -> None:
+    proxy = Undoproxy(tmp_path).start()
+    try:
+        first = "".join(proxy.output)
+        assert proxy.stop() == 0
+        proxy.output = []
+        proxy.start()
+        again = "".join(proxy.output)
+    finally:
+        proxy.stop()
+    kept = str(tmp_path / "state" / "admin-token")
+    assert "(generated; kept in " + kept in first
+    assert f"token    kept in {kept}" in again
+    # Started as `python -m undoproxy`: that is how the banner tells to run the CLI.
+    assert f'eval "$({sys.executable} -m undoproxy env --session NAME)"' in again
+    assert f"{tmp_path}/journal.db" in again
+
+
+@pytest.mark.parametrize(
+    ("argv0", "on_path", "shown"),
+    [
+        (".venv/bin/undoproxy", None, ".venv/bin/undoproxy"),
+        (".venv/bin/undoproxy", ".venv/bin/undoproxy", "undoproxy"),
+    ],
+)
+def test_the_banner_names_the_cli_by_its_real_path(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv0: str,
+    on_path: str | None,
+    shown: str,
+) -> None:
+    from undoproxy import server
+
+    script = tmp_path / argv0
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [argv0])
+    monkeypatch.setattr(server.shutil, "which", lambda name: on_path and str(tmp_path / on_path))
+    assert server.cli_command() == shown
