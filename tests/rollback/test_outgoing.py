@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from undoproxy.compensators.record import InverseRequest
 from undoproxy.rollback.outgoing import (
     NotSendable,
     compensation_request,
@@ -18,8 +19,8 @@ STEP = "https://api.example.test/items/7"
 CREDS = {"Authorization": "Bearer sk-agent"}
 
 
-def record(**fields: Any) -> dict[str, Any]:
-    return {"method": "PUT", "url": STEP, **fields}
+def record(**fields: Any) -> InverseRequest:
+    return InverseRequest.of({"method": "PUT", "url": STEP, **fields})
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from typing import Any
 
 from undoproxy import redact
 from undoproxy.compensators.model import parse_json
+from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
 from undoproxy.errors import JournalError, UndoproxyError
 from undoproxy.retry import RetryPolicy
@@ -131,10 +132,13 @@ class Rollback:
     # --- one step ---------------------------------------------------------------------------
 
     async def _undo(self, step: Step, run: RunState) -> StepResult:
-        comp = step.compensation or {}
+        comp = CompensationRecord.of(step.compensation)
         result = StepResult(step.id, step.seq, step.method, redact.url(step.url), "skipped", "")
-        if comp.get("ready") and comp.get("method"):
-            result.compensation = {"method": comp["method"], "url": redact.url(comp["url"])}
+        if comp.request is not None:
+            result.compensation = {
+                "method": comp.request.method,
+                "url": redact.url(comp.request.url),
+            }
         try:
             verdict = await self._decide(step, comp, run)
         except NotSendable as exc:
@@ -169,12 +173,13 @@ class Rollback:
             return f" (this result could not be written to the journal: {exc})"
         return ""
 
-    async def _decide(self, step: Step, comp: dict[str, Any], run: RunState) -> Verdict:
+    async def _decide(self, step: Step, comp: CompensationRecord, run: RunState) -> Verdict:
         verdict = _precheck(step, comp)
-        if verdict is not None:
-            return verdict
-        key = target_key(comp.get("snapshot_url") or comp.get("url"))
-        attempts = Attempts.of(comp)
+        if verdict is not None or comp.request is None:
+            return verdict or Verdict("irreversible", "no compensation was recorded")
+        request = comp.request
+        key = target_key(comp.snapshot_url or request.url)
+        attempts = Attempts.of(comp.raw)
         if step.status in ("compensating", "unverified") or attempts.may_have_applied:
             go: Verdict | Go = await self.judge.recheck(step, comp, attempts, run)
         else:
@@ -182,9 +187,9 @@ class Rollback:
         if not isinstance(go, Go):
             verdict = go
         elif run.dry_run:
-            verdict = Verdict("planned", f"would send {comp['method']} {redact.url(comp['url'])}")
+            verdict = Verdict("planned", f"would send {request.method} {redact.url(request.url)}")
         else:
-            verdict = await self._send(step, comp, attempts, run, go)
+            verdict = await self._send(step, comp, request, attempts, run, go)
         if key is not None and key not in run.targets and verdict.status != "skipped":
             run.targets[key] = (step.seq, verdict)
         return verdict
@@ -192,11 +197,17 @@ class Rollback:
     # --- sending --------------------------------------------------------------
 
     async def _send(
-        self, step: Step, comp: dict[str, Any], attempts: Attempts, run: RunState, go: Go
+        self,
+        step: Step,
+        comp: CompensationRecord,
+        request: InverseRequest,
+        attempts: Attempts,
+        run: RunState,
+        go: Go,
     ) -> Verdict:
         credentials = self.box.open(step.credentials)
         fitted = await self._fit(
-            step, compensation_request(comp, step.url, credentials, force=run.force), go, run
+            step, compensation_request(request, step.url, credentials, force=run.force), go, run
         )
         if isinstance(fitted, Verdict):
             return fitted
@@ -205,7 +216,7 @@ class Rollback:
         attempts.answer, attempts.refused = None, False
         try:  # durably before it goes out: a crash from here on is decided by a read
             await self.journal.update_now(
-                step, status="compensating", compensation=attempts.into(comp)
+                step, status="compensating", compensation=attempts.into(comp.raw)
             )
         except JournalError as exc:
             return Verdict(
@@ -214,21 +225,21 @@ class Rollback:
             )
         try:
             resp = await self._request(out)
-            if resp.status in (404, 405) and comp.get("fallback"):
+            if resp.status in (404, 405) and comp.fallback is not None:
                 first = resp.status
-                out = compensation_request(comp["fallback"], step.url, credentials, force=run.force)
+                out = compensation_request(comp.fallback, step.url, credentials, force=run.force)
                 # A POST is never repeated: recorded before it goes, a later rollback that finds
                 # this reports the step unverified instead of posting again.
                 attempts.recreated_at = out.url
                 try:
-                    await self.journal.update_now(step, compensation=attempts.into(comp))
+                    await self.journal.update_now(step, compensation=attempts.into(comp.raw))
                 except JournalError as exc:
                     attempts.recreated_at, attempts.answer = None, first
                     return Verdict(
                         "failed",
                         f"PUT answered {first}, and the POST to recreate it could not be "
                         f"recorded before sending ({exc}); nothing was posted",
-                        attempts.into(comp),
+                        attempts.into(comp.raw),
                     )
                 resp = await self._request(out)
                 attempts.answer = resp.status
@@ -241,30 +252,30 @@ class Rollback:
                 "failed",
                 f"upstream unreachable: {exc}; a later rollback reads the target to see "
                 "whether it arrived, and retries",
-                attempts.into(comp),
+                attempts.into(comp.raw),
             )
         attempts.answer = resp.status
         tries = f" after {resp.attempts} attempts" if resp.attempts > 1 else ""
         answered = f"{out.method} answered {resp.status}{tries}"
         excerpt = resp.body[:200].decode("utf-8", "replace").strip()
-        if 200 <= resp.status < 300 and comp.get("expect_ok") and not _json_ok(resp):
+        if 200 <= resp.status < 300 and request.expect_ok and not _json_ok(resp):
             attempts.refused = True
-            return Verdict("failed", f"{answered} but not ok: {excerpt}", attempts.into(comp))
+            return Verdict("failed", f"{answered} but not ok: {excerpt}", attempts.into(comp.raw))
         if resp.status == 412:
             return Verdict(
                 "conflict",
                 "the target changed since this step (If-Match failed); nothing was overwritten",
-                attempts.into(comp),
+                attempts.into(comp.raw),
             )
         gone_already = out.method == "DELETE" and resp.status in (404, 410)
         if not (200 <= resp.status < 300 or gone_already):
             return Verdict(
                 "failed",
                 f"{out.method} answered HTTP {resp.status}{tries}: {excerpt}",
-                attempts.into(comp),
+                attempts.into(comp.raw),
             )
         verdict = await self.judge.verify(step, comp, out, go.note + answered)
-        verdict.compensation = attempts.into(comp)
+        verdict.compensation = attempts.into(comp.raw)
         return verdict
 
     async def _fit(self, step: Step, out: Outgoing, go: Go, run: RunState) -> Outgoing | Verdict:
@@ -302,7 +313,7 @@ class Rollback:
         return await self.client.send(out.method, out.url, out.headers, out.body)
 
 
-def _precheck(step: Step, comp: dict[str, Any]) -> Verdict | None:
+def _precheck(step: Step, comp: CompensationRecord) -> Verdict | None:
     """A verdict that needs no network, or None."""
     if step.compensation_status == "compensated" or step.status == "compensated":
         return Verdict("skipped", "already compensated by an earlier rollback")
@@ -317,10 +328,10 @@ def _precheck(step: Step, comp: dict[str, Any]) -> Verdict | None:
     if step.status == "failed":
         why = f"HTTP {step.response_status}" if step.response_status else step.error
         return Verdict("skipped", f"the request failed upstream ({why}); nothing to undo")
-    if comp.get("noop"):
-        return Verdict("skipped", str(comp["noop"]))
-    if comp.get("reason") or not comp.get("ready"):
-        reason = comp.get("reason") or (
+    if comp.noop:
+        return Verdict("skipped", comp.noop)
+    if comp.reason or comp.request is None:
+        reason = comp.reason or (
             "the outcome is unknown and what it created cannot be identified"
             if step.status == "unknown"
             else "no compensation was recorded"

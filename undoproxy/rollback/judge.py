@@ -9,11 +9,11 @@ that alone makes a step `compensated`. A read never decides from an unreadable a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
 from undoproxy.compensators.model import Snapshot, origin
+from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
 from undoproxy.retry import RetryPolicy
 from undoproxy.rollback import compare
@@ -62,7 +62,7 @@ class Judge:
         self.policy = policy
 
     async def before(
-        self, step: Step, comp: dict[str, Any], run: RunState, key: str | None
+        self, step: Step, comp: CompensationRecord, run: RunState, key: str | None
     ) -> Verdict | Go:
         """The first attempt: unknown outcomes, the chain of steps on one target, drift."""
         snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
@@ -97,9 +97,9 @@ class Judge:
                     f"not attempted: the newer step #{seq} on the same target ended "
                     f"{verdict.status}; undo that one first",
                 )
-        if comp.get("kind") == "delete-created" and comp.get("inferred"):
-            return await self.confirm_created(step, comp)
-        if run.force or snap is None or not (comp.get("after") or comp.get("check_absent")):
+        if comp.kind == "delete-created" and comp.inferred and comp.request is not None:
+            return await self.confirm_created(step, comp.request)
+        if run.force or snap is None or not (comp.after or comp.check_absent):
             return Go()
         current = await self.read(step, snap.url, snap)
         if current.state not in (PRESENT, ABSENT):
@@ -115,7 +115,7 @@ class Judge:
                 "the target is already as it was before this step (read back); nothing was sent",
                 etag=current.etag,
             )
-        if comp.get("check_absent"):
+        if comp.check_absent:
             if current.state == PRESENT:
                 return Verdict(
                     "conflict",
@@ -123,7 +123,7 @@ class Judge:
                     "to recreate it anyway)",
                 )
             return Go(current)
-        changed = compare.changed_since(current.response, comp["after"])
+        changed = compare.changed_since(current.response, comp.after or {})
         if changed:
             return Verdict(
                 "conflict",
@@ -132,27 +132,27 @@ class Judge:
             )
         return Go(current, compare.strong_etag(current.etag))
 
-    async def confirm_created(self, step: Step, comp: dict[str, Any]) -> Verdict | Go:
+    async def confirm_created(self, step: Step, request: InverseRequest) -> Verdict | Go:
         """An inferred delete-created: is there anything at the URL undoproxy guessed?"""
-        current = await self.read(step, comp["url"], None)
+        current = await self.read(step, request.url, None)
         if current.state == ABSENT:
             return Verdict(
                 "irreversible",
                 f"cannot confirm what the {step.method} created: undoproxy inferred "
-                f"{redact.url(comp['url'])} from the response and it answers "
+                f"{redact.url(request.url)} from the response and it answers "
                 f"{current.why.removeprefix('GET answered ')}; {RESOLVE}",
             )
         if current.state != PRESENT:
             return Verdict(
                 "failed",
-                f"could not read {redact.url(comp['url'])} to confirm what the "
+                f"could not read {redact.url(request.url)} to confirm what the "
                 f"{step.method} created ({current.why}); nothing was sent, a later rollback "
                 "will retry",
             )
         return Go(current)
 
     async def recheck(
-        self, step: Step, comp: dict[str, Any], attempts: Attempts, run: RunState
+        self, step: Step, comp: CompensationRecord, attempts: Attempts, run: RunState
     ) -> Verdict | Go:
         """A compensation went out before: decide by reading the target, never blind."""
         earlier = (
@@ -192,7 +192,8 @@ class Judge:
                     etag=current.etag,
                 )
             left = as_left(current.response, comp)
-            if left or (run.force and comp["method"] in ("PUT", "DELETE", "PATCH")):
+            method = comp.request.method if comp.request else ""
+            if left or (run.force and method in ("PUT", "DELETE", "PATCH")):
                 why = "the target is as the step left it" if left else "--force"
                 note = f"{earlier} and it did not take effect ({why}): sent again; "
                 return Go(current, compare.strong_etag(current.etag), note)
@@ -202,8 +203,8 @@ class Judge:
                 f"it ({'; '.join(diffs)}); it was not sent again: check by hand (--force "
                 "sends it again)",
             )
-        if comp.get("method") == "DELETE":
-            current = await self.read(step, comp["url"], None)
+        if comp.request is not None and comp.request.method == "DELETE":
+            current = await self.read(step, comp.request.url, None)
             if current.state == ABSENT:
                 return Verdict(
                     "compensated",
@@ -223,7 +224,7 @@ class Judge:
         )
 
     async def verify(
-        self, step: Step, comp: dict[str, Any], out: Outgoing, answered: str
+        self, step: Step, comp: CompensationRecord, out: Outgoing, answered: str
     ) -> Verdict:
         """Read the target back: only a read that shows the prior state makes it compensated."""
         snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
@@ -267,7 +268,7 @@ class Judge:
     async def verify_recreated(
         self,
         step: Step,
-        comp: dict[str, Any],
+        comp: CompensationRecord,
         attempts: Attempts,
         fallback: Outgoing,
         resp: UpstreamResponse,
@@ -281,7 +282,7 @@ class Judge:
             return Verdict(
                 "unverified",
                 f"{how}; no Location was given, so the new resource cannot be read back: {RESOLVE}",
-                attempts.into(comp),
+                attempts.into(comp.raw),
             )
         url = urljoin(fallback.url, where)
         attempts.recreated_at = url
@@ -302,7 +303,7 @@ class Judge:
             "unverified",
             f"{how}; new location {redact.url(url)}{found}; what referred to the old URL "
             f"must be fixed by hand: {RESOLVE}",
-            attempts.into(comp),
+            attempts.into(comp.raw),
         )
 
     async def read(self, step: Step, url: str, snap: Snapshot | None) -> Read:
@@ -319,11 +320,11 @@ class Judge:
         return Read(target, resp)
 
 
-def as_left(current: UpstreamResponse, comp: dict[str, Any]) -> bool | None:
+def as_left(current: UpstreamResponse, comp: CompensationRecord) -> bool | None:
     """Is the target as the agent's step left it? None when nothing says what that was."""
-    if comp.get("check_absent"):
+    if comp.check_absent:
         return current.status in (404, 410)
-    after = comp.get("after")
+    after = comp.after
     if not after:
         return None
     return compare.changed_since(current, after) == ""

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from undoproxy.compensators.model import parse_json
+from undoproxy.compensators.record import InverseRequest
 from undoproxy.credentials import credentials_for
 
 # Query parameters that make a write conditional on one version of the resource; --force and
@@ -107,26 +108,25 @@ def read_request(
 
 
 def compensation_request(
-    record: dict[str, Any], step_url: str, credentials: dict[str, str], *, force: bool
+    record: InverseRequest, step_url: str, credentials: dict[str, str], *, force: bool
 ) -> Outgoing:
     """The inverse request a compensation record (or its fallback) describes."""
-    method = str(record.get("method") or "")
+    method = record.method
     if not _TOKEN.match(method):
         raise NotSendable(f"the method {method!r} is not valid")
-    url = str(record.get("url") or "")
+    url = record.url
     if force:
         url = resource_url(url)
     check_url(url)
-    forward = record.get("credentials") == "forward"
-    headers = credentials_for(url, step_url, credentials, forward=forward)
-    headers.update({str(k): str(v) for k, v in (record.get("headers") or {}).items()})
+    headers = credentials_for(url, step_url, credentials, forward=record.forward_credentials)
+    headers.update(record.headers)
     body = None
-    if record.get("body_b64"):
+    if record.body_b64:
         try:
-            body = base64.b64decode(record["body_b64"], validate=True)
+            body = base64.b64decode(record.body_b64, validate=True)
         except ValueError:
             raise NotSendable("the recorded body is not valid base64") from None
-    if body is not None and record.get("content_type"):
-        headers["Content-Type"] = str(record["content_type"])
+    if body is not None and record.content_type:
+        headers["Content-Type"] = record.content_type
     check_headers(headers)
     return Outgoing(method.upper(), url, headers, body)
