@@ -1,6 +1,7 @@
 """Build the inverse request of a step: `prepare()` before forwarding, `complete()` after.
 
-The result is the journal's compensation record, a JSON-safe dict:
+The result is the journal's compensation record, a JSON-safe dict (`record.py` reads it into
+typed fields for rollback):
     kind            restore | delete-created | recreate | template | a pack name
     method, url     the inverse request (absent while not ready)
     body_b64, content_type, headers   its body and extra (non-secret) headers
