@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and print one table of ratios measured in the same run.
 
-    .venv/bin/python bench/run.py                      # everything (about 5 minutes)
+    .venv/bin/python bench/run.py                      # everything (about 7 minutes)
     .venv/bin/python bench/run.py passthrough holds    # some of them
     .venv/bin/python bench/run.py --rounds 10 --seconds 3
 
