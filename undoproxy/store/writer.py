@@ -103,7 +103,7 @@ class JournalWriter:
             await done
         except asyncio.CancelledError:
             if op.state is _State.QUEUED:
-                self._withdraw(op)
+                self._withdraw(op, "its caller was cancelled")
             raise
         finally:
             timer.cancel()
@@ -127,7 +127,7 @@ class JournalWriter:
     def _expire(self, op: _Op) -> None:
         """The timeout of an awaited write: withdraw it if it is still queued."""
         if op.state is _State.QUEUED:
-            self._withdraw(op)
+            self._withdraw(op, f"not taken within {self._timeout:g}s")
             assert op.done is not None
             if not op.done.done():
                 op.done.set_exception(
@@ -139,10 +139,10 @@ class JournalWriter:
         elif op.state is _State.EXECUTING:
             log.warning("journal write past its %gs timeout; waiting for the commit", self._timeout)
 
-    def _withdraw(self, op: _Op) -> None:
+    def _withdraw(self, op: _Op, why: str) -> None:
         op.state = _State.WITHDRAWN
         self.withdrawn += 1
-        log.error("journal write withdrawn: %s", _statement(op.sql))
+        log.warning("journal write withdrawn (%s): %s", why, _statement(op.sql))
 
     async def _run(self) -> None:
         stopping = False
