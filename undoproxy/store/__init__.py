@@ -6,11 +6,11 @@ Which writes are awaited — the one rule every call site follows:
 
 - **Awaited** (`JournalWriter.write`, `Journal.write_ahead`, `Journal.update_now`,
   `Journal.set_session_state`): anything a later decision depends on. A mutation's write-ahead
-  row (committed before the request is forwarded), an approval before the agent waits on it
-  and its approval, a step's `compensating` mark (committed before its compensation is sent),
-  a compensation's result, every change of a session's state. The caller acts only once the
-  row is committed and fsync'd; on JournalError it does not act (the request is not
-  forwarded, the compensation is not sent).
+  row (committed before the request is forwarded), an approval (before its agent waits on it)
+  and a decision to approve it, a step's `compensating` mark (committed before its
+  compensation is sent), a compensation's result, every change of a session's state. The
+  caller acts only once the row is committed and fsync'd; on JournalError it does not act
+  (the request is not forwarded, the compensation is not sent).
 - **Batched** (`JournalWriter.submit`, `Journal.record`, `Journal.update`,
   `Journal.add_session`): reads, requests undoproxy answered itself, progress such as a
   mutation's outcome after its response. Losing one in a crash leaves a state that is
