@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from tests.runtimes.conftest import agent_env, steps
+from tests.runtimes.conftest import agent_env, need, steps
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 from undoproxy.runtimes import truststore
@@ -194,3 +194,20 @@ def test_the_banner_names_the_cli_by_its_real_path(
     monkeypatch.setattr(sys, "argv", [argv0])
     monkeypatch.setattr(server.shutil, "which", lambda name: on_path and str(tmp_path / on_path))
     assert server.cli_command() == shown
+
+
+def test_node_fetch_preload_leaves_no_proxy_hosts_direct(
+    rt_proxy: Undoproxy, session_id: str
+) -> None:
+    need("node")
+    env = agent_env(rt_proxy, session_id)
+    script = "fetch(process.argv[1]).then(r => process.exit(r.ok ? 0 : 2))"
+    done = subprocess.run(
+        ["node", "-e", script, rt_proxy.admin_url + "/ca.pem"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not [s for s in steps(rt_proxy, session_id) if "ca.pem" in s["url"]]

@@ -12,7 +12,7 @@
 
 (function install() {
   const [major, minor] = process.versions.node.split(".").map(Number);
-  const native = major >= 24 || (major === 22 && minor >= 21) || (major === 23 && minor >= 0);
+  const native = major >= 24 || (major === 22 && minor >= 21);
   if ((native && process.env.NODE_USE_ENV_PROXY === "1") || typeof fetch !== "function") return;
   const env = (name) => process.env[name.toLowerCase()] || process.env[name.toUpperCase()] || "";
   const proxies = { "https:": env("https_proxy"), "http:": env("http_proxy") };
