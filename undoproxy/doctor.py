@@ -73,8 +73,8 @@ BYPASS_FIXES: dict[str, str] = {
     "curl": "HTTPS_PROXY from `undoproxy env` (and check NO_PROXY)",
     "wget": "https_proxy from `undoproxy env` (and check no_proxy)",
     "python": "HTTPS_PROXY from `undoproxy env`; aiohttp needs ClientSession(trust_env=True)",
-    "node": "NODE_OPTIONS (fetch preload) from `undoproxy env`, or Node >= 22.21 with "
-    "NODE_USE_ENV_PROXY=1; the http/https modules on Node 20 need an agent "
+    "node": "NODE_OPTIONS (fetch and https preload) from `undoproxy env`, or Node >= 22.21 "
+    "with NODE_USE_ENV_PROXY=1; a library with an agent of its own needs a proxy agent "
     "(https-proxy-agent)",
     "java": "JAVA_TOOL_OPTIONS from `undoproxy env --session ID`; code that sets its own "
     "ProxySelector must use ProxySelector.getDefault()",

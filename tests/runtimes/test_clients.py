@@ -154,6 +154,16 @@ CLIENTS = [
         "node",
     ),
     Client(
+        "node-https",
+        lambda url, tmp: [
+            "node",
+            "-e",
+            "require('https').get(process.argv[1], r => process.exit(r.statusCode - 200))",
+            url,
+        ],
+        "node",
+    ),
+    Client(
         "node-undici",
         lambda url, tmp: [
             "node",

@@ -1,4 +1,5 @@
-// undoproxy: make Node's global fetch() honour HTTPS_PROXY / HTTP_PROXY / NO_PROXY.
+// undoproxy: make Node's global fetch() and the https module's default agent honour
+// HTTPS_PROXY / HTTP_PROXY / NO_PROXY.
 //
 // Loaded with NODE_OPTIONS="--require <this file>" (set by `undoproxy env`). Node 20's fetch
 // (its bundled undici) ignores the proxy variables, and undici's EnvHttpProxyAgent is not
@@ -39,8 +40,10 @@
     const servername = net.isIP(opts.hostname) ? undefined : opts.servername || opts.hostname;
     const where = socket ? { socket, host: opts.hostname } : { host: opts.hostname, port };
     const tlsSocket = tls.connect({ ...where, servername, ALPNProtocols: ["http/1.1"] });
-    tlsSocket.once("secureConnect", () => callback(null, tlsSocket));
-    tlsSocket.once("error", (err) => callback(err, null));
+    let called = false;
+    const once = (err, s) => called || ((called = true), callback(err, s));
+    tlsSocket.once("secureConnect", () => once(null, tlsSocket));
+    tlsSocket.once("error", (err) => once(err, null));
   }
 
   function connect(opts, callback) {
@@ -55,8 +58,17 @@
       }
       return secure(null, opts, port, callback);
     }
+    tunnel(proxy, opts.hostname, port, (err, socket) => {
+      if (err) return callback(err, null);
+      if (opts.protocol === "https:") return secure(socket, opts, port, callback);
+      callback(null, socket);
+    });
+  }
+
+  // A CONNECT tunnel to host:port through the proxy, with the proxy URL's credentials.
+  function tunnel(proxy, hostname, port, callback) {
     const url = new URL(proxy.includes("://") ? proxy : "http://" + proxy);
-    const target = `${opts.hostname.includes(":") ? `[${opts.hostname}]` : opts.hostname}:${port}`;
+    const target = `${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}`;
     const headers = { Host: target };
     if (url.username) {
       const creds = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
@@ -75,12 +87,28 @@
         socket.destroy();
         return callback(new Error(`proxy ${url.host} refused the tunnel to ${target}: ${res.statusCode}`), null);
       }
-      if (opts.protocol === "https:") return secure(socket, opts, port, callback);
       callback(null, socket);
     });
     req.once("error", (err) => callback(err, null));
     req.end();
   }
+
+  // The https module's default agent (https.get/request without an agent of their own):
+  // Node 20 ignores the proxy variables there too.
+  const https = require("node:https");
+  class TunnelingAgent extends https.Agent {
+    createConnection(options, callback) {
+      const host = options.host || options.hostname || "localhost";
+      const port = Number(options.port) || 443;
+      if (!proxies["https:"] || bypass(host, port)) return super.createConnection(options, callback);
+      tunnel(proxies["https:"], host, port, (err, socket) => {
+        if (err) return callback(err);
+        callback(null, tls.connect({ ...options, socket }));
+      });
+      return undefined;
+    }
+  }
+  https.globalAgent = new TunnelingAgent(https.globalAgent.options);
 
   // The first fetch() loads the bundled undici, which puts its default Agent at KEY.
   fetch("data:,").catch(() => {});
