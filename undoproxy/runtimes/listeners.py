@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import socket
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,17 @@ class ListenerError(Exception):
 class SessionListeners:
     """Opens and remembers one extra proxy listener per session that asks for one."""
 
-    def __init__(self, proxyserver: Any, host: str, state_dir: Path) -> None:
+    def __init__(
+        self,
+        proxyserver: Any,
+        host: str,
+        state_dir: Path,
+        base_modes: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         self.proxyserver = proxyserver  # mitmproxy's Proxyserver addon
         self.host = host
+        # The main listener's modes (mitmproxy's `mode` option), kept when ports are added.
+        self.base_modes = base_modes or _mitmproxy_modes
         self.path = state_dir / PORTS_FILE
         self._ports: dict[int, str] = {}  # port -> session id
         self._lock = asyncio.Lock()
@@ -70,12 +79,17 @@ class SessionListeners:
             self._ports = {p: s for p, s in self._ports.items() if self._listening(p)}
             self._save()
 
-    async def open(self, session_id: str) -> int:
-        """The session's port, opening one when it has none; raises ListenerError."""
+    async def open(self, session_id: str, closed: Callable[[str], bool] | None = None) -> int:
+        """The session's port, opening one when it has none; raises ListenerError.
+
+        At MAX_LISTENERS, the ports of sessions for which `closed` is true are given up first.
+        """
         async with self._lock:
             port = self.port_of(session_id)
             if port is not None and self._listening(port):
                 return port
+            if len(self._ports) >= MAX_LISTENERS and closed is not None:
+                self._ports = {p: s for p, s in self._ports.items() if not closed(s)}
             if len(self._ports) >= MAX_LISTENERS:
                 raise ListenerError(f"too many session ports ({MAX_LISTENERS})")
             port = _free_port(self.host)
@@ -97,9 +111,7 @@ class SessionListeners:
         return False
 
     async def _apply(self) -> bool:
-        from mitmproxy import ctx
-
-        modes = [mode_specs.ProxyMode.parse(m) for m in ctx.options.mode]
+        modes = [mode_specs.ProxyMode.parse(m) for m in self.base_modes()]
         modes += [self._mode(p) for p in sorted(self._ports)]
         ok: bool = await self.proxyserver.servers.update(modes)
         return ok and all(self._listening(p) for p in self._ports)
@@ -110,6 +122,12 @@ class SessionListeners:
         tmp.unlink(missing_ok=True)
         write_private(tmp, json.dumps(data, indent=2).encode())
         tmp.replace(self.path)
+
+
+def _mitmproxy_modes() -> Sequence[str]:
+    from mitmproxy import ctx
+
+    return list(ctx.options.mode)
 
 
 def _free_port(host: str) -> int:
@@ -129,8 +147,13 @@ async def open_listener(request: web.Request) -> web.Response:
     if session_id not in ctx.journal.sessions:
         raise ApiError(404, "not_found", f"no session {session_id!r}")
     listeners = request.app[LISTENERS]
+
+    def closed(sid: str) -> bool:
+        session = ctx.journal.sessions.get(sid)
+        return session is None or session.state in ("committed", "rolled_back")
+
     try:
-        port = await listeners.open(session_id)
+        port = await listeners.open(session_id, closed)
     except ListenerError as exc:
         raise ApiError(503, "unavailable", str(exc)) from None
     host = ctx.proxy_address[0]
