@@ -97,12 +97,10 @@ def _agent_setup(args: argparse.Namespace) -> Any:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    """Print the environment that sends an agent through undoproxy, trusting its CA.
-
-    Covers curl, wget, git, pip, Python, Node (fetch included), Java, Go, Ruby, PHP, boto3:
-    see docs/clients.md. With --session, clients that cannot send proxy credentials (JVMs)
-    get the session's own proxy port.
-    """
+    """Print the environment that sends any runtime through undoproxy (docs/clients.md)."""
+    # Covers curl, wget, git, pip, Python, Node (fetch included), Java, Go, Ruby, PHP, boto3.
+    # With --session, clients that cannot send proxy credentials (JVMs) get the session's own
+    # proxy port.
     from undoproxy.runtimes.env import render, variables
 
     _out(render(variables(_agent_setup(args)), args.shell))
@@ -110,8 +108,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Run clients (or CMD) under the agent environment; name any that goes around undoproxy
-    or does not trust its CA, with the fix. Exit 1 when one does."""
+    """Name every client (or CMD) that goes around undoproxy or distrusts its CA, with the fix."""
     from undoproxy.doctor import PROBES, Doctor, report
     from undoproxy.runtimes.env import variables
 
