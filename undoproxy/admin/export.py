@@ -90,11 +90,11 @@ def _as_sent(body: bytes, content_type: str) -> str:
     shown = redact.text(decoded)
     try:
         json.loads(decoded)
-    except ValueError:
-        return shown  # not JSON: text as sent, secrets hidden in place
+    except (ValueError, RecursionError):
+        return shown  # not JSON (or too deep to parse): text as sent, secrets hidden in place
     try:
         parsed = json.loads(shown)
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = None
     # JSON hidden in place must still be JSON and leave nothing the structural redaction
     # would hide; else the redacted display form.
