@@ -10,6 +10,8 @@ listens on this machine's own non-loopback address.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import os
 import shutil
@@ -21,6 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
 
 from tests.support import upstream
 from tests.support.certs import server_context
@@ -95,18 +101,59 @@ def rt_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
 
 
 @pytest.fixture(scope="module")
-def api_upstream(upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
-    """The echo upstream on 127.0.0.2 over TLS (its certificate is not trusted by clients:
-    a client that goes around undoproxy fails, and its request is not a step)."""
+def public_cert(rt_proxy: Undoproxy, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A certificate every client under `env` trusts, as a public API's would be: issued by
+    undoproxy's own CA (which is in the bundle). A client that went around undoproxy would
+    succeed silently, so a bypass shows as what it is: the upstream got the request, the
+    session has no step."""
+    pem = (rt_proxy.state_dir / "mitmproxy-ca.pem").read_bytes()
+    ca_key = serialization.load_pem_private_key(pem, None)
+    ca = x509.load_pem_x509_certificate(pem)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.2"))]
+    if own_address():
+        names.append(x509.IPAddress(ipaddress.ip_address(own_address())))
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "api.example.test")]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory = tmp_path_factory.mktemp("public-cert")
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture(scope="module")
+def api_upstream(public_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
+    """The echo upstream on 127.0.0.2 over TLS, with a certificate clients trust."""
     server = ThreadedServer(
-        upstream.create_app(), server_context(upstream_cert), host="127.0.0.2"
+        upstream.create_app(), server_context(public_cert), host="127.0.0.2"
     ).start()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
-def remote_upstream(upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
+def remote_upstream(public_cert: tuple[Path, Path]) -> Iterator[ThreadedServer]:
     """The echo upstream on this machine's own non-loopback address, for Go, Ruby and JVMs."""
     address = own_address()
     if address is None:
@@ -115,7 +162,7 @@ def remote_upstream(upstream_cert: tuple[Path, Path]) -> Iterator[ThreadedServer
             pytest.fail(why)
         pytest.skip(why)
     server = ThreadedServer(
-        upstream.create_app(), server_context(upstream_cert), host=address
+        upstream.create_app(), server_context(public_cert), host=address
     ).start()
     yield server
     server.stop()

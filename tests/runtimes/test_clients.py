@@ -1,6 +1,8 @@
 """Each runtime of docs/clients.md as a real process, configured only by `undoproxy env
---session ID`: its request must be a step of that session (so it went through undoproxy and
-trusted its CA: undoproxy sees a request only after the client accepted its certificate).
+--session ID`, calling an upstream whose certificate it trusts as a public API's: its request
+must be a step of that session (so it went through undoproxy and trusted its CA: undoproxy sees
+a request only after the client accepted its certificate). A request the upstream got without
+a step is reported as what it is, a bypass.
 
 A row here is a row marked tested in docs/clients.md; tests/runtimes/test_docs.py checks
 that the two agree.
@@ -26,6 +28,7 @@ from tests.runtimes.conftest import (
 )
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
+from tests.support.upstream import RECEIVED
 
 NODE_MODULES = Path(__file__).resolve().parents[2] / ".venv" / "node" / "node_modules"
 
@@ -305,4 +308,9 @@ def test_runtime_goes_through_undoproxy_into_its_session(
     if not client.may_fail:
         assert done.returncode == 0, done.stdout + done.stderr
     found = in_session(rt_proxy, session_id, marker)()
-    assert found, f"{client.name} did not go through undoproxy:\n{done.stdout}{done.stderr}"
+    reached = [r.path for r in upstream.app[RECEIVED] if marker in r.path]
+    assert found, (
+        f"{client.name} went around undoproxy (the upstream got {reached}, the session has no step)"
+        if reached
+        else f"{client.name} failed:"
+    ) + f"\n{done.stdout}{done.stderr}"

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,13 +155,19 @@ def test_a_session_port_is_the_session_in_token_mode_behind_the_rules_and_across
 
 
 def test_every_start_says_where_the_token_is_and_names_the_cli_as_run(tmp_path: Path) -> None:
+    def banner() -> str:  # start() returns at the address lines: wait for the last line
+        deadline = time.monotonic() + 10
+        while "Agents:" not in "".join(proxy.output) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "".join(proxy.output)
+
     proxy = Undoproxy(tmp_path).start()
     try:
-        first = "".join(proxy.output)
+        first = banner()
         assert proxy.stop() == 0
         proxy.output = []
         proxy.start()
-        again = "".join(proxy.output)
+        again = banner()
     finally:
         proxy.stop()
     kept = str(tmp_path / "state" / "admin-token")
