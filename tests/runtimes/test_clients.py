@@ -314,3 +314,27 @@ def test_runtime_goes_through_undoproxy_into_its_session(
         if reached
         else f"{client.name} failed:"
     ) + f"\n{done.stdout}{done.stderr}"
+
+
+def test_aiohttp_without_trust_env_goes_around_and_is_caught(
+    rt_proxy: Undoproxy, api_upstream: ThreadedServer, session_id: str
+) -> None:
+    """The caveat of the aiohttp row, shown: without trust_env=True aiohttp ignores the proxy
+    variables; the upstream (trusted, as a public API would be) answers it directly and the
+    session has no step. This is the shape of every bypass the tests above would report."""
+    need_module("aiohttp")
+    marker = f"/echo/aiohttp-direct-{session_id}"
+    code = textwrap.dedent("""
+        import asyncio, sys, aiohttp
+        async def main():
+            async with aiohttp.ClientSession() as s:
+                async with s.get(sys.argv[1]) as r:
+                    r.raise_for_status()
+        asyncio.run(main())
+    """)
+    done = run(
+        [PYTHON, "-c", code, api_upstream.base_url + marker], agent_env(rt_proxy, session_id)
+    )
+    assert done.returncode == 0, done.stderr  # nothing failed: the bypass is silent
+    assert [r.path for r in api_upstream.app[RECEIVED] if marker in r.path] == [marker]
+    assert in_session(rt_proxy, session_id, marker)() == []
