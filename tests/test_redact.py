@@ -412,7 +412,9 @@ def test_the_api_and_exports_show_no_secret_and_keep_the_counts() -> None:
     har = json.dumps(export.har(Session(id="s1", token="t"), [step]))
     for text in (shown, har):
         assert SECRET not in text
-        assert "total_tokens" in text and "not parsed" in text
+        assert "total_tokens" in text
+    # The page and API say the body was too deep to parse; the HAR carries it as sent.
+    assert "not parsed" in shown
     assert views.step_json(step)["captures"] == {"token": "[redacted]", "id": "42"}
 
 
