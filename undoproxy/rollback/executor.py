@@ -19,9 +19,11 @@ The dry run goes through 1-3 (reads only) and stops where the real run would sen
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 from undoproxy import redact
@@ -51,6 +53,7 @@ from undoproxy.store.records import Step
 from undoproxy.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 
 log = logging.getLogger(__name__)
+MARK_AHEAD = 64  # steps marked `compensating` in one commit (see `_mark_ahead`)
 Progress = Callable[[StepResult], Awaitable[None]]
 
 
@@ -93,6 +96,7 @@ class Rollback:
             raise RollbackRefused(f"a rollback of session {session_id!r} is already running")
         self._running.add(session_id)
         started = False
+        run: RunState | None = None
         try:
             await self.journal.writer.flush()
             if not dry_run:
@@ -101,7 +105,10 @@ class Rollback:
             steps = await self.journal.steps(session_id, mutations_only=True)
             run = RunState(force, dry_run)
             results = []
-            for step in reversed(steps):
+            order = list(reversed(steps))
+            for at, step in enumerate(order):
+                if not dry_run and step.id not in run.marked and _markable(step):
+                    await self._mark_ahead(order[at : at + MARK_AHEAD], run)
                 result = await self._undo(step, run)
                 results.append(result)
                 if result.status not in COMPLETE and not dry_run:
@@ -115,6 +122,7 @@ class Rollback:
                         result.detail,
                     )
                 progress = await _tell(progress, result)
+            await self._durably(run)
             complete = all(r.status in COMPLETE for r in results)
             state = session.state
             if not dry_run:
@@ -122,6 +130,8 @@ class Rollback:
                 await self.journal.set_session_state(session_id, state)
             return Report(session_id, state, results, dry_run)
         except Exception:
+            for write in run.unwritten if run is not None else []:
+                write.close()
             if started:  # never left `rolling_back` by an error outside the steps
                 with contextlib.suppress(Exception):
                     await self.journal.set_session_state(session_id, "rollback_incomplete")
@@ -151,12 +161,66 @@ class Rollback:
                 f"{redact.url(str(exc))[:200]}); the other steps went on",
             )
         result.status, result.detail = verdict.status, verdict.detail
+        if step.id in run.marked and verdict.compensation is None:
+            verdict.compensation = comp.raw  # marked ahead, never sent: as it was
         if not run.dry_run:
-            result.detail += await self._record(step, verdict)
+            write = self._result_write(step, verdict, run)
+            if write is not None:
+                run.unwritten.append(write)
         return result
 
-    async def _record(self, step: Step, verdict: Verdict) -> str:
-        """Write the verdict (awaited: a later rollback decides by it); '' or why it failed."""
+    async def _durably(self, run: RunState, *writes: Coroutine[Any, Any, None]) -> None:
+        """Commit `writes` and the results still unwritten, together: one commit, one fsync.
+
+        A step's result is thus durable before the next compensation is sent, and all of them
+        before the report is returned. A result that cannot be written is logged: its step
+        stays `compensating` and a later rollback decides it by reading. A failure of
+        `writes` themselves is raised (JournalError).
+        """
+        due, run.unwritten = run.unwritten, []
+        outcomes = await asyncio.gather(*due, *writes, return_exceptions=True)
+        for outcome in outcomes[: len(due)]:
+            if isinstance(outcome, BaseException):
+                log.warning("a rollback result could not be written to the journal: %s", outcome)
+        for outcome in outcomes[len(due) :]:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _mark_ahead(self, upcoming: list[Step], run: RunState) -> None:
+        """Mark the next steps whose undo a read can check `compensating`, in one commit.
+
+        Each compensation must be durably marked before it is sent; marking a window of
+        steps at once costs one commit instead of one per step. A step marked but not yet
+        sent when undoproxy stops is decided by reading its target, as any `compensating`
+        step is, so marking early never loses a step: only steps that a read can decide
+        (idempotent, with a snapshot or a DELETE) are marked ahead; the others are marked
+        just before they are sent.
+        """
+        marks, ids = [], []
+        for step in upcoming:
+            if step.id in run.marked or not _markable(step):
+                continue
+            comp = CompensationRecord.of(step.compensation)
+            attempts = Attempts.of(comp.raw)
+            attempts.sent, attempts.answer, attempts.refused = attempts.sent + 1, None, False
+            # A copy: the step itself keeps its status for the decisions still to come.
+            marks.append(
+                self.journal.update_now(
+                    replace(step), status="compensating", compensation=attempts.into(comp.raw)
+                )
+            )
+            ids.append(step.id)
+        try:
+            await self._durably(run, *marks)
+        except JournalError as exc:
+            log.warning("could not mark steps compensating ahead (%s); marking one by one", exc)
+            return
+        run.marked.update(ids)
+
+    def _result_write(
+        self, step: Step, verdict: Verdict, run: RunState
+    ) -> Coroutine[Any, Any, None] | None:
+        """The journal write of a step's verdict (awaited through `_durably`), or None."""
         values: dict[str, Any] = {
             "compensation_status": verdict.status,
             "compensation_detail": verdict.detail,
@@ -165,13 +229,11 @@ class Rollback:
             values["compensation"] = verdict.compensation
         if verdict.status in JOURNAL_STATUS:
             values["status"] = JOURNAL_STATUS[verdict.status]
+        elif step.id in run.marked:
+            values["status"] = step.status  # marked ahead, nothing to undo: as it was
         elif step.compensation_status == "compensated":
-            return ""
-        try:
-            await self.journal.update_now(step, **values)
-        except JournalError as exc:
-            return f" (this result could not be written to the journal: {exc})"
-        return ""
+            return None
+        return self.journal.update_now(step, **values)
 
     async def _decide(self, step: Step, comp: CompensationRecord, run: RunState) -> Verdict:
         verdict = _precheck(step, comp)
@@ -215,9 +277,11 @@ class Rollback:
         attempts.sent += 1
         attempts.answer, attempts.refused = None, False
         try:  # durably before it goes out: a crash from here on is decided by a read
-            await self.journal.update_now(
-                step, status="compensating", compensation=attempts.into(comp.raw)
-            )
+            if step.id not in run.marked:
+                mark = self.journal.update_now(
+                    step, status="compensating", compensation=attempts.into(comp.raw)
+                )
+                await self._durably(run, mark)
         except JournalError as exc:
             return Verdict(
                 "failed",
@@ -232,7 +296,8 @@ class Rollback:
                 # this reports the step unverified instead of posting again.
                 attempts.recreated_at = out.url
                 try:
-                    await self.journal.update_now(step, compensation=attempts.into(comp.raw))
+                    mark = self.journal.update_now(step, compensation=attempts.into(comp.raw))
+                    await self._durably(run, mark)
                 except JournalError as exc:
                     attempts.recreated_at, attempts.answer = None, first
                     return Verdict(
@@ -338,6 +403,19 @@ def _precheck(step: Step, comp: CompensationRecord) -> Verdict | None:
         )
         return Verdict("irreversible", f"{reason}; a person must undo this step by hand")
     return None
+
+
+def _markable(step: Step) -> bool:
+    """True when the step's undo may be marked ahead: a read can tell whether it was applied."""
+    comp = CompensationRecord.of(step.compensation)
+    request = comp.request
+    if _precheck(step, comp) is not None or request is None:
+        return False
+    if step.status in ("compensating", "unverified") or Attempts.of(comp.raw).may_have_applied:
+        return False
+    if request.method not in ("PUT", "PATCH", "DELETE"):
+        return False
+    return bool(step.snapshot) or request.method == "DELETE"
 
 
 def _json_ok(resp: UpstreamResponse) -> bool:

@@ -8,7 +8,9 @@ that alone makes a step `compensated`. A read never decides from an unreadable a
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
@@ -43,6 +45,10 @@ class RunState:
     dry_run: bool
     # resource -> (seq, verdict) of the newest step of this run that wrote it
     targets: dict[str, tuple[int, Verdict]] = field(default_factory=dict)
+    # results not yet written: they go in the same commit as the next `compensating` mark
+    unwritten: list[Coroutine[Any, Any, None]] = field(default_factory=list)
+    # steps already marked `compensating` ahead of their turn (see Rollback._mark_ahead)
+    marked: set[str] = field(default_factory=set)
 
 
 def target_key(url: str | None) -> str | None:
