@@ -27,7 +27,16 @@ _INSERT_STEP = (
     f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
     f"VALUES ({', '.join(':' + c for c in STEP_COLUMNS)})"
 )
-_SESSION_COLUMNS = ("id", "token", "intent", "agent", "state", "created_at", "updated_at")
+_SESSION_COLUMNS = (
+    "id",
+    "token",
+    "intent",
+    "agent",
+    "state",
+    "created_at",
+    "updated_at",
+    "frozen",
+)
 
 
 class Journal:
@@ -89,7 +98,9 @@ class Journal:
     async def _load(self) -> None:
         async with self._read.execute(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions") as c:
             for row in await c.fetchall():
-                self.sessions[row["id"]] = Session(**dict(row))
+                values = dict(row)
+                values["frozen"] = bool(values["frozen"])
+                self.sessions[row["id"]] = Session(**values)
         async with self._read.execute(
             "SELECT session_id, max(seq) AS seq FROM steps GROUP BY session_id"
         ) as c:
@@ -102,7 +113,8 @@ class Journal:
         """Register a new session (queued for commit before any of its steps)."""
         self.sessions[session.id] = session
         self.writer.submit(
-            f"INSERT INTO sessions ({', '.join(_SESSION_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO sessions ({', '.join(_SESSION_COLUMNS)}) "
+            f"VALUES ({', '.join('?' for _ in _SESSION_COLUMNS)})",
             tuple(getattr(session, c) for c in _SESSION_COLUMNS),
         )
         self.events.publish("session", session_summary(session))
@@ -132,6 +144,39 @@ class Journal:
             raise
         self.events.publish("session", session_summary(session))
         return session
+
+    async def set_frozen(self, session_id: str, frozen: bool) -> Session:
+        """Freeze or unfreeze a session durably (awaited; JournalError leaves it as it was)."""
+        session = self.sessions[session_id]
+        before = session.frozen, session.updated_at
+        session.frozen, session.updated_at = frozen, time.time()
+        try:
+            await self.writer.write(
+                "UPDATE sessions SET frozen=?, updated_at=? WHERE id=?",
+                (int(frozen), session.updated_at, session_id),
+            )
+        except JournalError:
+            session.frozen, session.updated_at = before
+            raise
+        self.events.publish("session", session_summary(session))
+        return session
+
+    async def setting(self, name: str) -> str | None:
+        """A stored setting (e.g. the global freeze), or None."""
+        rows = await self.query("SELECT value FROM settings WHERE name=?", (name,))
+        return str(rows[0]["value"]) if rows else None
+
+    async def set_setting(self, name: str, value: str | None) -> None:
+        """Store (or, with None, remove) a setting durably (awaited)."""
+        if value is None:
+            await self.writer.write("DELETE FROM settings WHERE name=?", (name,))
+        else:
+            await self.writer.write(
+                "INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value=excluded.value, "
+                "updated_at=excluded.updated_at",
+                (name, value, time.time()),
+            )
 
     def next_seq(self, session_id: str) -> int:
         """The next step number of a session (1, 2, ...)."""
@@ -233,6 +278,7 @@ def session_summary(session: Session) -> dict[str, Any]:
         "intent": session.intent,
         "agent": session.agent,
         "state": session.state,
+        "frozen": session.frozen,
         "created_at": session.created_at,
         "updated_at": session.updated_at,
     }

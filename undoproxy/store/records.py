@@ -42,9 +42,17 @@ class Session:
     state: str = "open"
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    frozen: bool = False  # the kill switch: every mutation answered 403, nothing forwarded
 
 
-_JSON_COLUMNS = {"captures", "request_headers", "response_headers", "snapshot", "compensation"}
+_JSON_COLUMNS = {
+    "captures",
+    "request_headers",
+    "response_headers",
+    "snapshot",
+    "compensation",
+    "meta",
+}
 
 
 @dataclass
@@ -79,6 +87,11 @@ class Step:
     compensation_status: str | None = None
     compensation_detail: str | None = None
     credentials: bytes | None = None
+    intent: str | None = None  # X-Undoproxy-Intent: why the agent made this call
+    meta: dict[str, Any] | None = None  # what a pack recorded: model, usage, operation, tool
+    resolved_by: str | None = None  # a person who undid an irreversible step by hand
+    resolved_at: float | None = None
+    resolved_reason: str | None = None
 
     def to_row(self) -> dict[str, Any]:
         """Column name -> SQL value."""

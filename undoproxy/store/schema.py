@@ -84,6 +84,22 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX approvals_by_session ON approvals (session_id, created_at);
     """,
     ),
+    (
+        "003_intent_meta_resolve_freeze",
+        """
+        ALTER TABLE steps ADD COLUMN intent TEXT;
+        ALTER TABLE steps ADD COLUMN meta TEXT;
+        ALTER TABLE steps ADD COLUMN resolved_by TEXT;
+        ALTER TABLE steps ADD COLUMN resolved_at REAL;
+        ALTER TABLE steps ADD COLUMN resolved_reason TEXT;
+        ALTER TABLE sessions ADD COLUMN frozen INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE settings (
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        );
+    """,
+    ),
 )
 
 PRAGMAS = (
