@@ -237,3 +237,44 @@ def test_one_step_that_cannot_be_sent_never_stops_the_others(
     assert report["counts"] == {"unverified": 1, "failed": 1, "compensated": 1} | {
         note["status"]: report["counts"][note["status"]]
     }
+
+
+def test_steps_marked_ahead_but_never_reached_are_decided_by_reading_after_a_crash(
+    tmp_path: Path, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    first = Undoproxy(tmp_path).start()
+    names = ["a.txt", "b.txt", "c.txt"]
+    for name in names:
+        store.put(name, f"{name} v1", content_type="text/plain")
+    before = {n: objects.Obj(store.objects[n].body, dict(store.objects[n].headers)) for n in names}
+    with first.agent(session_id, headers=AUTH) as s:
+        for name in names:
+            s.put(f"{server.base_url}/o/{name}", data=b"v2", headers={"Content-Type": "text/plain"})
+    release = gate(server, store)
+    threading.Thread(
+        target=lambda: _quietly(
+            lambda: first.api("POST", f"/api/sessions/{session_id}/rollback", json={})
+        ),
+        daemon=True,
+    ).start()
+    wait_for(lambda: len(store.requests("PUT")) == 4, "the newest step's restore is in flight")
+    assert first.proc is not None
+    first.proc.kill()
+    first.proc.wait(10)
+    release()
+    wait_for(lambda: store.writes_done == 4, "the interrupted restore is applied")
+    store.gate = None
+
+    second = Undoproxy(tmp_path).start()
+    try:
+        steps = second.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+        assert [s["status"] for s in steps] == ["compensating"] * 3  # marked in one commit
+        report = rollback(second, session_id)
+    finally:
+        second.stop()
+    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 3)
+    assert "nothing was sent again" in details(report)[0]
+    assert all("did not take effect" in d for d in details(report)[1:])
+    assert {n: store.objects[n] for n in names} == before
+    restores = [r.path for r in store.requests("PUT")[3:]]
+    assert sorted(restores) == [f"/o/{n}" for n in names]  # each undo applied exactly once
