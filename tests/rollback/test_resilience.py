@@ -95,7 +95,7 @@ def test_a_compensation_interrupted_by_a_crash_is_decided_by_reading_never_resen
     finally:
         second.stop()
     assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
-    assert "being sent when undoproxy stopped" in details(report)[0]
+    assert "undoproxy stopped while undoing this step" in details(report)[0]
     assert store.objects["report.txt"] == before
     if arrived:
         assert "nothing was sent again" in details(report)[0]

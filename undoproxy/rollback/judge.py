@@ -96,7 +96,7 @@ class Judge:
             seq, verdict = newer
             if verdict.status in ("compensated", "planned"):
                 # Compared once, against the newest step: this one follows its restore.
-                return Go(etag=verdict.etag)
+                return Go(etag=compare.strong_etag(verdict.etag))
             if verdict.status in ("conflict", "failed"):
                 return Verdict(
                     verdict.status,
@@ -162,7 +162,7 @@ class Judge:
     ) -> Verdict | Go:
         """A compensation went out before: decide by reading the target, never blind."""
         earlier = (
-            "a compensation was being sent when undoproxy stopped"
+            "undoproxy stopped while undoing this step"
             if step.status == "compensating"
             else "an earlier rollback sent a compensation"
         )
