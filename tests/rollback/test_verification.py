@@ -6,6 +6,8 @@ undoproxy, and checks both the report and the store's real state.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.rollback.helpers import AUTH, details, rollback, statuses
@@ -318,3 +320,18 @@ def test_dry_run_predicts_a_conflict_once_for_a_resource_written_twice(
     assert statuses(plan) == statuses(report) == ["conflict", "conflict"]
     assert "newer step #2" in details(report)[1]
     assert store.objects["report.txt"].body == b"a person's edit"
+
+
+def test_a_secret_in_the_url_never_shows_in_a_report_about_an_unreachable_upstream(
+    up: Undoproxy, store: objects.StoreState, upstream_cert: tuple[Path, Path], session_id: str
+) -> None:
+    server = objects.serve(store, upstream_cert)
+    seed(store)
+    with up.agent(session_id, headers=AUTH) as s:
+        url = f"{server.base_url}/o/report.txt?api_key=sk-in-the-query-99"
+        assert s.put(url, data=b"v2", headers={"Content-Type": "text/plain"}).status_code == 200
+    server.stop()  # the upstream goes away
+    r = up.api("POST", f"/api/sessions/{session_id}/rollback", json={})
+    assert r.status_code == 200 and r.json()["steps"][0]["status"] == "failed"
+    assert "sk-in-the-query-99" not in r.text
+    assert "redacted" in r.json()["steps"][0]["detail"]

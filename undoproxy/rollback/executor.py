@@ -315,7 +315,8 @@ class Rollback:
         except UpstreamError as exc:
             return Verdict(
                 "failed",
-                f"upstream unreachable: {exc}; a later rollback reads the target to see "
+                f"upstream unreachable: {str(exc).replace(out.url, redact.url(out.url))}; "
+                "a later rollback reads the target to see "
                 "whether it arrived, and retries",
                 attempts.into(comp.raw),
             )

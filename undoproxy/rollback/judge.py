@@ -322,7 +322,7 @@ class Judge:
                 "GET", request.url, self.policy, request.headers
             )
         except UpstreamError as exc:
-            return Read(target, None, str(exc))
+            return Read(target, None, str(exc).replace(target, redact.url(target)))
         return Read(target, resp)
 
 
