@@ -207,6 +207,11 @@ def cmd_show(args: argparse.Namespace) -> int:
             ]
         )
     _out(_table(rows, ["#", "TIME", "METHOD", "URL", "RULE", "STATUS", "HTTP", "COMPENSATION"]))
+    intents = [(s["seq"], s["intent"]) for s in session["steps"] if s.get("intent")]
+    if intents:
+        _out("intents:")
+        for seq, intent in intents:
+            _out(f"  #{seq}: {intent}")
     return 0
 
 

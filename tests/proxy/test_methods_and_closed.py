@@ -248,3 +248,18 @@ def test_a_rule_decides_the_kind_whatever_the_method(
         assert [s["status"] for s in report["steps"]] == ["skipped"]
     finally:
         instance.stop()
+
+
+def test_the_intent_header_is_kept_with_the_step_and_never_forwarded(
+    proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    marker = uuid.uuid4().hex
+    why = "close the duplicate ticket the user reported"
+    with proxy.agent(session_id, headers={"X-Undoproxy-Intent": why}) as agent:
+        assert agent.post(f"{tls_upstream.base_url}/tickets/{marker}", json={}).ok
+    [got] = [x for x in received(tls_upstream) if marker in x.path]
+    assert not any(name.lower() == "x-undoproxy-intent" for name in got.headers)
+    [step] = steps(proxy, session_id)
+    assert step["intent"] == why
+    shown = proxy.cli("show", session_id)
+    assert f"#1: {why}" in shown.stdout

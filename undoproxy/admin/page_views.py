@@ -277,7 +277,12 @@ def steps_table(steps: list[dict[str, Any]]) -> Markup:
                 el("td", s["seq"], class_="num"),
                 el("td", when(s["created_at"], short=True)),
                 el("td", el("span", s["method"], class_="method")),
-                el("td", el("code", s["url"]), class_="url"),
+                el(
+                    "td",
+                    el("code", s["url"]),
+                    *([el("div", s["intent"], class_="intent")] if s.get("intent") else []),
+                    class_="url",
+                ),
                 el("td", s["rule"] or "-"),
                 el("td", s["risk"] or "-"),
                 el(

@@ -66,6 +66,7 @@ def step_json(step: Step) -> dict[str, Any]:
         "method": step.method,
         "url": redact.url(step.url),
         "kind": "mutation" if step.is_mutation else "read",
+        "intent": step.intent,
         "mutation": step.is_mutation,
         "rule": step.rule,
         "risk": step.risk,

@@ -18,7 +18,8 @@ def approval_json(approval: Approval, journal: Journal) -> dict[str, Any]:
         "id": approval.id,
         "state": approval.state,
         "session_id": approval.session_id,
-        "intent": session.intent if session else None,
+        # The request's own X-Undoproxy-Intent, else the session's.
+        "intent": ctx.get("intent") or (session.intent if session else None),
         "agent": session.agent if session else None,
         "rule": approval.rule,
         "risk": approval.risk,

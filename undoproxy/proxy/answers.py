@@ -64,6 +64,22 @@ def session_closed(session_id: str, state: str) -> http.Response:
     )
 
 
+def frozen(session_id: str, scope: str) -> http.Response:
+    """403: the kill switch is on (for this session, or for all); nothing forwarded."""
+    what = "every session is" if scope == "all" else f"session {session_id!r} is"
+    return json_response(
+        403,
+        {
+            "error": "undoproxy_frozen",
+            "session": session_id,
+            "scope": scope,
+            "message": f"{what} frozen: mutations are refused until it is unfrozen; "
+            "reads still pass",
+        },
+        {"X-Undoproxy-Decision": "denied"},
+    )
+
+
 def over_budget(session_id: str, over: OverBudget) -> http.Response:
     """403: one more mutation would exceed a `guard:` budget; nothing forwarded."""
     return json_response(

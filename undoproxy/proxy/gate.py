@@ -69,7 +69,7 @@ class Gate:
         if state is None or flow.response is not None:
             return
         self._decide(flow, state)  # first: a rule may say what kind of request this is
-        if self._refuse_if_closed(flow, state):
+        if self._refuse_if_frozen(flow, state) or self._refuse_if_closed(flow, state):
             return
         rule = state.rule
         if state.is_mutation and state.action != "deny":
@@ -98,8 +98,8 @@ class Gate:
                 )
                 return
             await self.holder.hold(flow, state, rule.timeout if rule else None)
-            if flow.response is None:  # approved: the session may have closed meanwhile
-                self._refuse_if_closed(flow, state)
+            if flow.response is None:  # approved: the session may have closed or frozen
+                self._refuse_if_frozen(flow, state) or self._refuse_if_closed(flow, state)
         if flow.response is None and state.is_mutation:
             self.budgets.record(state.session_id, rule)
 
@@ -136,6 +136,22 @@ class Gate:
                 redact.url(flow.request.url),
                 state.session_id,
             )
+
+    def _refuse_if_frozen(self, flow: http.HTTPFlow, state: FlowState) -> bool:
+        """Answer 403 to a mutation while its session, or everything, is frozen."""
+        if not state.is_mutation or self.journal is None:
+            return False
+        session = self.journal.sessions.get(state.session_id)
+        scope = "all" if self.journal.frozen_all else "session"
+        if not self.journal.frozen_all and (session is None or not session.frozen):
+            return False
+        state.answered = True
+        flow.response = answers.frozen(state.session_id, scope)
+        if state.step is not None:  # held, then approved while the switch was thrown
+            self.journal.update(
+                state.step, status="denied", response_status=403, error="frozen: not forwarded"
+            )
+        return True
 
     def _refuse_if_closed(self, flow: http.HTTPFlow, state: FlowState) -> bool:
         """Answer 409 to a mutation of a session that takes no more (True when it did)."""

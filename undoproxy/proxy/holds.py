@@ -182,6 +182,7 @@ class Holds:
             ),
             "diff": None,
             "hold_reason": state.hold_reason,
+            "intent": state.intent,
             # What will really be sent: the headers (secrets tagged, never shown) and any
             # method override the upstream may act on instead of the method shown.
             **card_context(request.url, request.headers.items(multi=True), raw, content_type),

@@ -25,7 +25,9 @@ from undoproxy.store.journal import Journal
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-Undoproxy-Session"
-_STRIP = ("Proxy-Authorization", "Proxy-Connection", SESSION_HEADER)
+INTENT_HEADER = "X-Undoproxy-Intent"  # why the agent makes this call: kept with the step
+MAX_INTENT = 2000
+_STRIP = ("Proxy-Authorization", "Proxy-Connection", SESSION_HEADER, INTENT_HEADER)
 _MAX_ID = 128
 
 
@@ -133,10 +135,13 @@ class SessionIdentity:
                 session_id = named
             else:
                 session_id = "default"
+        intent = headers.get(INTENT_HEADER, "").strip()[:MAX_INTENT] or None
         _strip(headers)
         if session_id not in self.journal.sessions:
             self.journal.ensure_session(session_id)
-        flow.metadata[KEY] = FlowState(session_id, is_mutation(flow.request.method))
+        flow.metadata[KEY] = FlowState(
+            session_id, is_mutation(flow.request.method), intent=intent
+        )
 
     def client_disconnected(self, client: connection.Client) -> None:
         """Forget a closed tunnel."""

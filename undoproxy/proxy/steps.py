@@ -42,6 +42,7 @@ def new_step(flow: http.HTTPFlow, state: FlowState, journal: Journal, status: st
         request_body=body[: body_limit(state)] if body else None,
         request_body_len=len(body),
         request_body_sha256=hashlib.sha256(body).hexdigest() if body else None,
+        intent=state.intent,
     )
     state.step = step
     return step

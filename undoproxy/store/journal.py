@@ -27,6 +27,7 @@ _INSERT_STEP = (
     f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
     f"VALUES ({', '.join(':' + c for c in STEP_COLUMNS)})"
 )
+FREEZE_ALL = "freeze_all"
 _SESSION_COLUMNS = (
     "id",
     "token",
@@ -54,6 +55,7 @@ class Journal:
         self.events = events
         self._lock = lock
         self.sessions: dict[str, Session] = {}
+        self.frozen_all = False  # the global kill switch (kept in settings)
         self._seq: dict[str, int] = {}
 
     @classmethod
@@ -106,6 +108,7 @@ class Journal:
         ) as c:
             for row in await c.fetchall():
                 self._seq[row["session_id"]] = row["seq"]
+        self.frozen_all = await self.setting(FREEZE_ALL) == "1"
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -160,6 +163,12 @@ class Journal:
             raise
         self.events.publish("session", session_summary(session))
         return session
+
+    async def set_frozen_all(self, frozen: bool) -> None:
+        """The global kill switch, durably (awaited): every session's mutations refused."""
+        await self.set_setting(FREEZE_ALL, "1" if frozen else None)
+        self.frozen_all = frozen
+        self.events.publish("freeze", {"all": frozen})
 
     async def setting(self, name: str) -> str | None:
         """A stored setting (e.g. the global freeze), or None."""
