@@ -1,13 +1,18 @@
 """An in-process event bus: the journal publishes step, approval and session changes; the
-admin page's `GET /api/events` stream subscribes. Publishing with no subscriber costs a check."""
+admin page's `GET /api/events` stream subscribes, and `/metrics` listens. Publishing with no
+subscriber and no listener costs a check."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger(__name__)
+Listener = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -19,14 +24,20 @@ class Event:
 
 
 class EventBus:
-    """Fan-out of events to any number of bounded subscriber queues."""
+    """Fan-out of events to synchronous listeners and to bounded subscriber queues."""
 
     def __init__(self, queue_size: int = 1000) -> None:
         self._subscribers: set[asyncio.Queue[Event]] = set()
+        self._listeners: list[Listener] = []
         self._queue_size = queue_size
 
     def publish(self, kind: str, data: dict[str, Any]) -> None:
         """Deliver to every subscriber; a subscriber that fell behind loses its oldest event."""
+        for listener in self._listeners:
+            try:
+                listener(kind, data)
+            except Exception:  # a listener's bug must never fail the publisher (the proxy)
+                log.exception("event listener %r failed on a %s event", listener, kind)
         if not self._subscribers:
             return
         event = Event(kind, data)
@@ -35,6 +46,13 @@ class EventBus:
                 with contextlib.suppress(asyncio.QueueEmpty):
                     q.get_nowait()
             q.put_nowait(event)
+
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener(kind, data)` synchronously on every event, none lost; returns the
+        function that stops it. The listener runs in the publisher's path: it must be cheap
+        and must not block (metrics counters, not I/O)."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
 
     @contextlib.asynccontextmanager
     async def subscribe(self) -> AsyncIterator[asyncio.Queue[Event]]:

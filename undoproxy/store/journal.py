@@ -303,4 +303,9 @@ def step_event(step: Step) -> dict[str, Any]:
         "status": step.status,
         "rule": step.rule,
         "response_status": step.response_status,
+        # For /metrics (undoproxy/metrics.py): kind, action, latency, rollback outcome.
+        "is_mutation": step.is_mutation,
+        "action": step.action,
+        "duration_ms": step.duration_ms,
+        "compensation_status": step.compensation_status,
     }
