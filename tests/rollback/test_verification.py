@@ -6,6 +6,7 @@ undoproxy, and checks both the report and the store's real state.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -335,3 +336,20 @@ def test_a_secret_in_the_url_never_shows_in_a_report_about_an_unreachable_upstre
     assert r.status_code == 200 and r.json()["steps"][0]["status"] == "failed"
     assert "sk-in-the-query-99" not in r.text
     assert "redacted" in r.json()["steps"][0]["detail"]
+
+
+def test_a_step_a_person_resolved_no_longer_holds_the_session_back(
+    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    with up.agent(session_id, headers=AUTH) as s:
+        s.post(f"{server.base_url}/v1/jobs", json={"run": "x"}).raise_for_status()
+    assert rollback(up, session_id)["state"] == "rollback_incomplete"
+    [step] = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+    # What `undoproxy resolve STEP` records once a person has undone it by hand.
+    db = sqlite3.connect(up.dir / "journal.db")
+    with db:
+        db.execute("UPDATE steps SET status='resolved' WHERE id=?", (step["id"],))
+    db.close()
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rolled_back", ["skipped"])
+    assert details(report) == ["resolved by a person"]
