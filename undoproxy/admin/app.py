@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from undoproxy.admin import api, approvals_api, events_api, page, rollback_api
+from undoproxy.admin import api, approvals_api, events_api, metrics_api, page, rollback_api
 from undoproxy.admin.auth import require_token
 from undoproxy.admin.context import CONTEXT, AdminContext
 from undoproxy.admin.errors import json_errors
@@ -21,6 +21,7 @@ ROUTES: list[web.AbstractRouteDef] = [
     web.get("/api/sessions/{id}/export", api.export_session),
     *approvals_api.ROUTES,
     *events_api.ROUTES,
+    *metrics_api.ROUTES,
     *page.ROUTES,
 ]
 
@@ -43,6 +44,7 @@ def create_app(
     app[CONTEXT] = ctx
     page.setup(app)
     events_api.setup(app)
+    metrics_api.setup(app)
     app.add_routes(ROUTES)
     if extra_routes:
         app.add_routes(extra_routes)
