@@ -263,3 +263,36 @@ def test_the_intent_header_is_kept_with_the_step_and_never_forwarded(
     assert step["intent"] == why
     shown = proxy.cli("show", session_id)
     assert f"#1: {why}" in shown.stdout
+
+
+@pytest.mark.parametrize("credentials", ["origin", "forward"])
+def test_a_compensation_on_another_origin_gets_credentials_only_if_the_rule_forwards_them(
+    tmp_path_factory: pytest.TempPathFactory,
+    tls_upstream: ThreadedServer,
+    plain_upstream: ThreadedServer,
+    session_id: str,
+    credentials: str,
+) -> None:
+    rules = [
+        {
+            "name": "undo-elsewhere",
+            "match": {"method": "POST", "path": "/orders/**"},
+            "compensate": {"method": "DELETE", "url": "${request.body.undo}"},
+            "credentials": credentials,
+        }
+    ]
+    instance = Undoproxy(tmp_path_factory.mktemp("cpin"), {"rules": rules}).start()
+    try:
+        marker = uuid.uuid4().hex
+        undo = f"{plain_upstream.base_url}/undo/{marker}"
+        with instance.agent(session_id, headers={"Authorization": "Bearer agent-secret"}) as a:
+            assert a.post(f"{tls_upstream.base_url}/orders/{marker}", json={"undo": undo}).ok
+        instance.api("POST", f"/api/sessions/{session_id}/rollback")
+        at_other_host = [x for x in received(plain_upstream) if x.path == f"/undo/{marker}"]
+        [sent] = [x for x in at_other_host if x.method == "DELETE"]
+        if credentials == "origin":  # nothing undoproxy sent there carried them
+            assert all("Authorization" not in x.headers for x in at_other_host)
+        else:
+            assert sent.headers["Authorization"] == "Bearer agent-secret"
+    finally:
+        instance.stop()

@@ -37,7 +37,7 @@ from undoproxy.compensators.model import (
     parse_json,
 )
 from undoproxy.compensators.model import inverse_request as request
-from undoproxy.rules import TemplateContext, TemplateError, render_template
+from undoproxy.rules import TemplateContext, TemplateError, render_template, render_url
 from undoproxy.rules.templates import template_references_response
 
 Compensation = dict[str, Any]
@@ -71,8 +71,11 @@ def _context(facts: Facts, *, with_response: bool) -> TemplateContext:
 
 def _template(plan: Plan, facts: Facts, *, with_response: bool) -> dict[str, Any]:
     assert plan.template is not None
+    ctx = _context(facts, with_response=with_response)
     try:
-        rendered = render_template(plan.template, _context(facts, with_response=with_response))
+        rendered = render_template(plan.template, ctx)
+        # The URL again, as a URL: each value filled in is one percent-encoded path segment.
+        rendered["url"] = render_url(str(plan.template["url"]), ctx)
     except TemplateError as exc:
         raise Irreversible(f"the rule's compensation template cannot be filled in: {exc}") from None
     url = urljoin(facts.url, str(rendered["url"]))

@@ -11,7 +11,7 @@ from typing import Any
 
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
 from undoproxy.compensators.model import Plan
-from undoproxy.rules import Rule, TemplateContext, TemplateError, render_template
+from undoproxy.rules import Rule, TemplateContext, TemplateError, render_url
 from undoproxy.rules.request import NOT_JSON, RequestView
 
 INFERRED = {"PUT": "restore", "PATCH": "restore", "DELETE": "recreate", "POST": "delete-created"}
@@ -23,10 +23,8 @@ def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, st
     if spec is None or spec.url_template is None:
         return request.url
     body = None if request.json is NOT_JSON else request.json
-    rendered = render_template(
-        spec.url_template, TemplateContext(captures=captures, request_body=body)
-    )
-    return request.resolve(str(rendered))
+    rendered = render_url(spec.url_template, TemplateContext(captures=captures, request_body=body))
+    return request.resolve(rendered)
 
 
 def plan_for(

@@ -140,6 +140,8 @@ class Snapshots:
             snapshot,
         )
         comp = prepare(plan, facts)
+        if state.rule is not None and state.rule.credentials == "forward":
+            comp["credentials"] = "forward"  # the rule sends the agent's credentials anywhere
         state.plan = (plan, facts)
         state.pending_fields = {
             "snapshot": snapshot.to_json() if snapshot else None,
