@@ -275,7 +275,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Export a session's steps (secrets redacted) as JSON lines or HAR."""
+    """Export a session's steps (secrets redacted) as JSON lines, HAR, CSV or Markdown."""
     text = _client(args).call(
         "GET", f"/api/sessions/{quote(args.session, safe='')}/export?format={args.format}", raw=True
     )
@@ -472,7 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION")
     p = command("export", cmd_export, admin=True)
     p.add_argument("session", metavar="SESSION")
-    p.add_argument("--format", choices=("jsonl", "har"), default="jsonl")
+    p.add_argument("--format", choices=("jsonl", "har", "csv", "md"), default="jsonl")
     p = command("approvals", cmd_approvals, admin=True)
     p.add_argument(
         "--state",

@@ -149,7 +149,7 @@ async def commit_session(request: web.Request) -> web.Response:
 
 
 async def export_session(request: web.Request) -> web.StreamResponse:
-    """The session's steps as JSON lines or HAR, secrets redacted."""
+    """The session's steps as JSON lines, HAR, CSV or Markdown, secrets redacted."""
     ctx = request.app[CONTEXT]
     session = _session(request)
     fmt = request.query.get("format", "jsonl")
@@ -160,4 +160,8 @@ async def export_session(request: web.Request) -> web.StreamResponse:
     if fmt == "jsonl":
         text = "".join(json.dumps(step_json(s)) + "\n" for s in steps)
         return web.Response(text=text, content_type="application/x-ndjson")
+    if fmt == "csv":
+        return web.Response(text=export.csv_text(steps), content_type="text/csv")
+    if fmt == "md":
+        return web.Response(text=export.markdown(session, steps), content_type="text/markdown")
     return web.json_response(export.har(session, steps))

@@ -1,16 +1,47 @@
-"""Session exports: JSON lines (one step per line) and HAR 1.2, both with secrets redacted."""
+"""Session exports, every one with secrets redacted: JSON lines (one step per line), HAR 1.2,
+CSV (one row per step, for spreadsheets and audit tools) and a Markdown report.
+
+CSV and Markdown are built from the API's step view (`views.step_json`), so they show exactly
+what the API shows, redacted the same way.
+"""
 
 from __future__ import annotations
 
+import csv
 import datetime
+import html
+import io
 import json
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from undoproxy import __version__, redact
+from undoproxy.admin.views import step_json
 from undoproxy.store.records import Session, Step
 
-FORMATS = ("jsonl", "har")
+FORMATS = ("jsonl", "har", "csv", "md")
+CSV_COLUMNS = (
+    "seq",
+    "time",
+    "method",
+    "url",
+    "kind",
+    "action",
+    "rule",
+    "risk",
+    "status",
+    "response_status",
+    "duration_ms",
+    "intent",
+    "error",
+    "request_body",
+    "compensation_kind",
+    "compensation_method",
+    "compensation_url",
+    "compensation_status",
+    "compensation_detail",
+    "step_id",
+)
 
 
 def _headers(pairs: list[list[str]] | None) -> list[dict[str, str]]:
@@ -113,3 +144,108 @@ def har(session: Session, steps: list[Step]) -> dict[str, Any]:
             "entries": [_entry(s) for s in steps],
         }
     }
+
+
+def _iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat(timespec="seconds")
+
+
+def _compact(body: str | None) -> str:
+    """A displayed body on one line: JSON without its indentation."""
+    if not body:
+        return ""
+    try:
+        return json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return body
+
+
+def _row(step: Step) -> dict[str, Any]:
+    view = step_json(step)
+    comp = view["compensation"] or {}
+    return {
+        "seq": view["seq"],
+        "time": _iso(view["created_at"]),
+        "method": view["method"],
+        "url": view["url"],
+        "kind": view["kind"],
+        "action": view["action"] or "",
+        "rule": view["rule"] or "",
+        "risk": view["risk"] or "",
+        "status": view["status"],
+        "response_status": view["response_status"] or "",
+        "duration_ms": "" if view["duration_ms"] is None else view["duration_ms"],
+        "intent": redact.text(step.intent) if step.intent else "",
+        "error": view["error"] or "",
+        "request_body": _compact(view["request"]["body"]),
+        "compensation_kind": comp.get("kind") or "",
+        "compensation_method": comp.get("method") or "",
+        "compensation_url": comp.get("url") or "",
+        "compensation_status": comp.get("status") or "",
+        "compensation_detail": comp.get("detail") or "",
+        "step_id": view["id"],
+    }
+
+
+def _no_formula(value: Any) -> Any:
+    # A spreadsheet runs a cell starting with = + - @ as a formula: what an agent sent (an
+    # intent, a URL, an error) must stay text when a person opens the export.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def csv_text(steps: list[Step]) -> str:
+    """One row per step, with a header row (columns: CSV_COLUMNS)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\r\n")
+    writer.writeheader()
+    for step in steps:
+        writer.writerow({k: _no_formula(v) for k, v in _row(step).items()})
+    return out.getvalue()
+
+
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|#"})
+
+
+def _cell(value: Any) -> str:
+    """Text safe in a Markdown table cell: one line, no table or HTML syntax of its own."""
+    text = " ".join(str(value).split())
+    return html.escape(text, quote=False).translate(_MD_SPECIAL) or " "
+
+
+def markdown(session: Session, steps: list[Step]) -> str:
+    """A Markdown report: the session, then one table row per step."""
+    rows = [_row(s) for s in steps]
+    mutations = sum(1 for s in steps if s.is_mutation)
+    lines = [
+        f"# undoproxy session {_cell(session.id)}",
+        "",
+        f"- state: {_cell(session.state)}",
+        f"- created: {_iso(session.created_at)}",
+    ]
+    if session.intent:
+        lines.append(f"- intent: {_cell(redact.text(session.intent))}")
+    lines += [f"- steps: {len(steps)} ({mutations} mutations)", ""]
+    header = ["#", "time", "request", "kind", "rule", "action", "status", "HTTP", "compensation"]
+    header += ["intent"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        comp = f"{r['compensation_method']} {r['compensation_url']}".strip()
+        comp = comp or r["compensation_kind"]
+        if r["compensation_status"]:
+            comp += f" [{r['compensation_status']}]"
+        cells = [
+            r["seq"],
+            r["time"],
+            f"{r['method']} {r['url']}",
+            r["kind"],
+            r["rule"] or "-",
+            r["action"] or "-",
+            r["status"],
+            r["response_status"] or "-",
+            comp or "-",
+            r["intent"] or "-",
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
