@@ -19,16 +19,17 @@ import pytest
 
 from tests.runtimes.conftest import (
     PYTHON,
+    NetnsUpstream,
     agent_env,
     in_session,
     need,
     need_module,
+    received,
     run,
     skip_or_fail,
 )
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
-from tests.support.upstream import RECEIVED
 
 NODE_MODULES = Path(__file__).resolve().parents[2] / ".venv" / "node" / "node_modules"
 
@@ -42,7 +43,7 @@ class Client:
     tool: str = ""
     module: str = ""
     npm: str = ""  # a package .ci/run installs into .venv/node
-    remote: bool = False  # never proxies loopback: call the machine's own address
+    remote: bool = False  # never proxies loopback: call the test host (a network namespace)
     may_fail: bool = False  # an SDK that cannot parse the echo's answer: only the step counts
 
 
@@ -294,7 +295,7 @@ def test_runtime_goes_through_undoproxy_into_its_session(
         need_module(client.module)
     if client.npm and not (NODE_MODULES / client.npm).is_dir():
         skip_or_fail(f"the npm package {client.npm} is not in {NODE_MODULES} (.ci/run installs it)")
-    upstream: ThreadedServer = (
+    upstream: ThreadedServer | NetnsUpstream = (
         request.getfixturevalue("remote_upstream") if client.remote else api_upstream
     )
     env = agent_env(rt_proxy, session_id)
@@ -308,7 +309,7 @@ def test_runtime_goes_through_undoproxy_into_its_session(
     if not client.may_fail:
         assert done.returncode == 0, done.stdout + done.stderr
     found = in_session(rt_proxy, session_id, marker)()
-    reached = [r.path for r in upstream.app[RECEIVED] if marker in r.path]
+    reached = [r.path for r in received(upstream) if marker in r.path]
     assert found, (
         f"{client.name} went around undoproxy (the upstream got {reached}, the session has no step)"
         if reached
@@ -336,5 +337,5 @@ def test_aiohttp_without_trust_env_goes_around_and_is_caught(
         [PYTHON, "-c", code, api_upstream.base_url + marker], agent_env(rt_proxy, session_id)
     )
     assert done.returncode == 0, done.stderr  # nothing failed: the bypass is silent
-    assert [r.path for r in api_upstream.app[RECEIVED] if marker in r.path] == [marker]
+    assert [r.path for r in received(api_upstream) if marker in r.path] == [marker]
     assert in_session(rt_proxy, session_id, marker)() == []

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.runtimes.conftest import PYTHON, need
+from tests.runtimes.conftest import PYTHON, NetnsUpstream, need
 from tests.support.proc import Undoproxy
-from tests.support.servers import ThreadedServer
 
 
 def test_the_built_in_probes_all_go_through(rt_proxy: Undoproxy) -> None:
@@ -54,8 +53,10 @@ def test_a_client_that_does_not_trust_the_ca_is_named(rt_proxy: Undoproxy) -> No
 
 
 def test_a_direct_connection_to_any_host_is_named(
-    rt_proxy: Undoproxy, remote_upstream: ThreadedServer
+    rt_proxy: Undoproxy, remote_upstream: NetnsUpstream
 ) -> None:
+    """A raw socket to the test host (a network namespace of this run's own, so a
+    non-loopback address) is named with its address and port."""
     host, port = remote_upstream.host, remote_upstream.port
     code = (
         f"import socket, time; s = socket.create_connection(({host!r}, {port})); "
