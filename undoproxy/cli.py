@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import json
 import logging
@@ -96,14 +97,21 @@ def _agent_setup(args: argparse.Namespace) -> Any:
     )
 
 
+def agent_env(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The (name, value) pairs `undoproxy env` prints; `undoproxy exec` runs CMD with them."""
+    from undoproxy.runtimes.env import variables
+
+    return variables(_agent_setup(args))
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     """Print the environment that sends any runtime through undoproxy (docs/clients.md)."""
     # Covers curl, wget, git, pip, Python, Node (fetch included), Java, Go, Ruby, PHP, boto3.
     # With --session, clients that cannot send proxy credentials (JVMs) get the session's own
     # proxy port.
-    from undoproxy.runtimes.env import render, variables
+    from undoproxy.runtimes.env import render
 
-    _out(render(variables(_agent_setup(args)), args.shell))
+    _out(render(agent_env(args), args.shell))
     return 0
 
 
@@ -281,6 +289,68 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0
+
+
+def _err(text: str = "") -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    """Run CMD in a session with `undoproxy env`'s environment, then print what it did; exit
+    with CMD's status (--rollback-on-failure: a failed CMD's session is rolled back first)."""
+    from undoproxy import child
+    from undoproxy.client import TOKEN_ENV
+
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        raise UndoproxyError("nothing to run: undoproxy exec [OPTIONS] -- CMD [ARGS...]")
+    body = {k: v for k, v in (("id", args.session), ("intent", args.intent)) if v}
+    session = _client(args).call("POST", "/api/sessions", body)  # no id: a fresh one
+    if session["state"] != "open":
+        raise UndoproxyError(
+            f"session {session['id']} is {session['state']}: it takes no more requests"
+        )
+    args.session = session["id"]
+    # The agent never gets the admin token: it could approve its own held requests.
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    env.update(agent_env(args))
+    # undoproxy's own lines go to stderr: CMD's stdout stays CMD's, for pipes.
+    _err(f"undoproxy exec: session {args.session}: {' '.join(command)}")
+    status = child.run(command, env)
+    _err(_summary(_client(args), args.session, status))
+    if status != 0 and args.rollback_on_failure:
+        with contextlib.redirect_stdout(sys.stderr):
+            cmd_rollback(
+                argparse.Namespace(
+                    admin=args.admin, session=args.session, force=False, dry_run=False
+                )
+            )
+    return status
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _summary(client: AdminClient, session_id: str, status: int) -> str:
+    """What a session did: requests, mutations, held and irreversible steps."""
+    session = client.call("GET", f"/api/sessions/{quote(session_id, safe='')}")
+    steps = session["steps"]
+    held = sum(1 for s in steps if s.get("action") == "hold")
+    irreversible = sum(
+        1
+        for s in steps
+        if s["status"] == "irreversible"
+        or (
+            (s.get("compensation") or {}).get("reason")
+            and s["status"] in ("succeeded", "unknown", "pending")
+        )
+    )
+    return (
+        f"undoproxy exec: exit status {status}; session {session_id} ({session['state']}): "
+        f"{_count(len(steps), 'request')}, {_count(session['mutations'], 'mutation')}, "
+        f"{held} held, {irreversible} irreversible\n  see `undoproxy show {session_id}`"
+    )
 
 
 def _left(expires_at: float) -> str:
@@ -473,6 +543,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("export", cmd_export, admin=True)
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--format", choices=("jsonl", "har", "csv", "md"), default="jsonl")
+    p = command("exec", cmd_exec, admin=True)
+    p.add_argument("--session", metavar="ID", help="the session to run in (default: a new one)")
+    p.add_argument("--intent", metavar="TEXT", help="what the agent is asked to do")
+    p.add_argument(
+        "--rollback-on-failure",
+        action="store_true",
+        help="roll the session back when CMD exits non-zero, and print the report",
+    )
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the agent to run")
     p = command("approvals", cmd_approvals, admin=True)
     p.add_argument(
         "--state",

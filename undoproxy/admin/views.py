@@ -50,6 +50,8 @@ def compensation_json(step: Step) -> dict[str, Any] | None:
         "detail": redact.text(step.compensation_detail)
         if step.compensation_detail
         else step.compensation_detail,
+        # Set when no compensation exists: the step is irreversible, and this says why.
+        "reason": redact.text(comp["reason"]) if comp.get("reason") else None,
     }
 
 
