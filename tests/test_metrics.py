@@ -14,6 +14,10 @@ from tests.support import rest
 from tests.support.holding import decide, in_thread, wait_pending
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
+from undoproxy.events import EventBus
+from undoproxy.metrics import Metrics
+from undoproxy.store.journal import step_event
+from undoproxy.store.records import Step
 
 RULES: list[dict[str, Any]] = [
     {
@@ -149,3 +153,46 @@ def test_metrics_need_the_admin_token(up: Undoproxy, header: str | None) -> None
     assert r.status_code == 401
     assert r.json()["error"] == "unauthorized"
     assert "undoproxy_requests_total" not in r.text
+
+
+def _count(metrics: Metrics, kind: str, action: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "undoproxy_requests_total", {"kind": kind, "action": action}
+    )
+    assert value is not None
+    return value
+
+
+def test_a_step_published_at_every_change_is_counted_once_per_instance() -> None:
+    # Two undoproxies in one process (two admin apps) never share a count.
+    bus, other = EventBus(), EventBus()
+    mine, theirs = Metrics(), Metrics()
+    bus.listen(mine.observe)
+    other.listen(theirs.observe)
+    step = Step("st_1", "s", 1, "PUT", "https://api.test/x", True, "pending", action="log")
+    for status in ("pending", "succeeded", "succeeded"):  # write-ahead, outcome, after-read
+        step.status, step.response_status, step.duration_ms = status, 200, 12.5
+        bus.publish("step", step_event(step))
+    assert _count(mine, "mutation", "log") == 1
+    assert _count(theirs, "mutation", "log") == 0
+    latency = mine.registry.get_sample_value(
+        "undoproxy_upstream_latency_seconds_count", {"kind": "mutation"}
+    )
+    assert latency == 1
+
+
+def test_a_failing_listener_never_fails_the_publisher() -> None:
+    bus, metrics = EventBus(), Metrics()
+
+    def broken(kind: str, data: dict[str, Any]) -> None:
+        raise RuntimeError("bug")
+
+    bus.listen(broken)
+    stop = bus.listen(metrics.observe)
+    read = Step("st_2", "s", 1, "GET", "https://api.test/x", False, "succeeded", action="pass")
+    bus.publish("step", step_event(read))  # does not raise; later listeners still run
+    assert _count(metrics, "read", "pass") == 1
+    stop()
+    read.id = "st_3"
+    bus.publish("step", step_event(read))
+    assert _count(metrics, "read", "pass") == 1
