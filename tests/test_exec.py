@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.runtimes.conftest import need
 from tests.support import rest, upstream
 from tests.support.certs import server_context
 from tests.support.holding import decide, wait_pending
@@ -123,6 +124,31 @@ def test_a_successful_agent_is_not_rolled_back(
     assert "Rolling back" not in done.stderr
     assert len(state.items) == 2
     assert up.api("GET", f"/api/sessions/{session_id}").json()["state"] == "open"
+
+
+def test_a_node_agent_fails_and_is_rolled_back(
+    up: Undoproxy, api: ThreadedServer, state: rest.RestState, tmp_path: Path
+) -> None:
+    node = need("node")
+    before = state.snapshot()
+    script = tmp_path / "agent.mjs"
+    script.write_text(
+        "const base = process.argv[2];\n"
+        "const headers = {'content-type': 'application/json'};\n"
+        "let r = await fetch(`${base}/items`, {method: 'POST', headers, body: '{\"n\": 1}'});\n"
+        "if (r.status !== 201) throw new Error(`POST ${r.status}`);\n"
+        "r = await fetch(`${base}/items/1`, {method: 'DELETE'});\n"
+        "console.log('node agent deleted', r.status);\n"
+        "process.exit(2);\n"
+    )
+    done = up.cli(
+        "exec", "--rollback-on-failure", "--", node, str(script), api.base_url
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "node agent deleted 204\n"
+    assert "2 requests, 2 mutations, 0 held, 0 irreversible" in done.stderr
+    assert "rolled_back (2 compensated)" in done.stderr
+    assert state.items == before
 
 
 def test_the_summary_counts_what_cannot_be_undone(
