@@ -67,25 +67,29 @@ class Journal:
         """
         lock = JournalLock.acquire(path)
         read_conn: aiosqlite.Connection | None = None
+        writer: JournalWriter | None = None
         try:
             schema.create_private(path)
             setup = await schema.connect(path)
             try:
                 await schema.migrate(setup)
-                await _recover_writes(setup)
             finally:
                 await setup.close()
+            writer = JournalWriter(schema.connect_sync(path))
+            writer.start()
+            await _recover_writes(writer)
             read_conn = await schema.connect(path)
             read_conn.row_factory = aiosqlite.Row
-            journal = cls(JournalWriter(schema.connect_sync(path)), read_conn, events or EventBus())
+            journal = cls(writer, read_conn, events or EventBus())
             await journal._load()
         except BaseException:
+            if writer is not None:
+                await writer.close()
             if read_conn is not None:
                 await read_conn.close()
             lock.release()
             raise
         journal._lock = lock
-        journal.writer.start()
         return journal
 
     async def close(self) -> None:
@@ -264,17 +268,20 @@ class Journal:
             return [dict(r) for r in await cur.fetchall()]
 
 
-async def _recover_writes(conn: aiosqlite.Connection) -> None:
-    """After a crash: what was in flight has an unknown outcome; a rollback did not finish."""
+async def _recover_writes(writer: JournalWriter) -> None:
+    """After a crash: what was in flight has an unknown outcome; a rollback did not finish.
+
+    Written through the writer like every other change, so the rows it changes are chained.
+    """
     # A mutation still `pending` was journaled and perhaps sent when we last stopped:
     # its outcome is unknown, and rollback must re-read the target before deciding.
     now = time.time()
-    await conn.execute(
+    await writer.write(
         "UPDATE steps SET status='unknown', updated_at=?, error=coalesce(error, "
         "'undoproxy stopped before the outcome was recorded') WHERE status='pending'",
         (now,),
     )
-    await conn.execute(
+    await writer.write(
         "UPDATE sessions SET state='rollback_incomplete', updated_at=? WHERE state='rolling_back'",
         (now,),
     )

@@ -7,9 +7,12 @@ import contextlib
 import os
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiosqlite
+
+from undoproxy.store import chain
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -100,7 +103,13 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
     """,
     ),
+    # The hash chain (chain.py); the rows a journal already has are chained as they are now.
+    ("004_chain", chain.CREATE),
 )
+# Work a migration does in Python after its SQL, in the same transaction.
+AFTER: dict[str, Callable[[aiosqlite.Connection], Awaitable[None]]] = {
+    "004_chain": chain.backfill,
+}
 
 PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -169,6 +178,8 @@ async def migrate(conn: aiosqlite.Connection) -> list[str]:
             for statement in sql.split(";"):
                 if statement.strip():
                     await conn.execute(statement)
+            if name in AFTER:
+                await AFTER[name](conn)
             await conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, time.time()))
             await conn.execute("COMMIT")
         except BaseException:

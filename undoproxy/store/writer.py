@@ -22,6 +22,11 @@ A write that gives up is withdrawn, and the caller's answer always matches the d
 Both decisions are taken on the event loop, where the writer also moves ops from the queue
 into a batch, so an op is either withdrawn or executed, never both.
 
+Every row a batch inserts into or updates in `steps`, `sessions` or `approvals` appends its
+hash-chain entry in the same transaction: the writer's connection carries the chain's
+triggers (`chain.install`), so the entry is computed from the row as committed, whatever the
+statement (see `chain`).
+
 Batched writes with nobody waiting may linger up to LINGER seconds for company, so that a
 mutation's outcome shares the next write-ahead's commit; an awaited write ends the wait at once.
 """
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from undoproxy.errors import JournalError
+from undoproxy.store import chain
 
 log = logging.getLogger(__name__)
 Params = Sequence[Any] | Mapping[str, Any]
@@ -63,9 +69,11 @@ class _Op:
 
 
 class JournalWriter:
-    """Owns the write connection; start() it in the running loop, close() drains and stops."""
+    """Owns the write connection (of a migrated journal); start() it in the running loop,
+    close() drains and stops."""
 
     def __init__(self, conn: sqlite3.Connection, *, timeout: float = 5.0) -> None:
+        chain.install(conn)
         self._conn = conn
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
         self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()

@@ -1,0 +1,204 @@
+"""The hash chain: every write path appends entries, verify recomputes them from the rows."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from undoproxy.store import approvals, chain, schema
+from undoproxy.store.journal import Journal
+from undoproxy.store.records import Session, Step, new_id
+
+
+def a_step(journal: Journal, session: str, **values: object) -> Step:
+    fields: dict[str, object] = {
+        "method": "POST",
+        "url": "https://api.test/items",
+        "is_mutation": True,
+        "status": "pending",
+        "request_headers": [["content-type", "application/json"]],
+        "request_body": b'{"name": "x"}\xff',
+        **values,
+    }
+    return Step(id=new_id("st"), session_id=session, seq=journal.next_seq(session), **fields)  # type: ignore[arg-type]
+
+
+def chain_of(path: Path) -> list[tuple[str, str, int]]:
+    with sqlite3.connect(path) as db:
+        return list(db.execute("SELECT tbl, row_id, version FROM chain ORDER BY seq"))
+
+
+def test_canonical_form_keeps_every_type_apart() -> None:
+    forms = {
+        chain.canonical("steps", [("a", v)])
+        for v in (1, 1.0, "1", b"1", 1.0000000000000002, "", b"", None, 0)
+    }
+    assert len(forms) == 9
+    assert chain.canonical("steps", [("a", 1), ("b", "x")]) == chain.canonical(
+        "steps", [("b", "x"), ("a", 1), ("c", None)]
+    )
+    assert chain.canonical("steps", [("a", 1)]) != chain.canonical("sessions", [("a", 1)])
+
+
+@pytest.mark.asyncio
+async def test_every_write_path_appends_entries_that_verify(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(path)
+    try:
+        journal.add_session(Session(id="s1"))
+        first = a_step(journal, "s1")
+        await journal.write_ahead(first)  # insert, awaited
+        journal.update(first, status="succeeded", response_status=201, duration_ms=1.5)
+        read = a_step(journal, "s1", is_mutation=False, status="succeeded")
+        journal.record(read)  # insert, batched
+        await journal.update_now(first, status="compensating")
+        await journal.update_now(first, status="compensated", compensation_detail="ok")
+        await journal.set_session_state("s1", "rolled_back")
+        await journal.set_frozen("s1", True)
+        held = a_step(journal, "s1", status="held")
+        await journal.write_ahead(held)
+        approval = approvals.Approval(
+            id=new_id("ap"),
+            session_id="s1",
+            step_id=held.id,
+            fingerprint="f",
+            method="POST",
+            url="https://api.test/items",
+            created_at=time.time(),
+            expires_at=time.time() + 60,
+            step_ids=[held.id],
+        )
+        await journal.writer.write(approvals.INSERT, approval.to_row())
+        await approvals.expire_stale(journal)  # set-based updates of both tables
+        left_pending = a_step(journal, "s1")
+        await journal.write_ahead(left_pending)
+    finally:
+        await journal.close()
+    again = await Journal.open(path)  # recovery: pending -> unknown, through the writer
+    await again.close()
+
+    entries = chain_of(path)
+    versions = {}
+    for table, row_id, version in entries:
+        versions[(table, row_id)] = version
+    assert versions[("steps", first.id)] == 4
+    assert versions[("steps", read.id)] == 1
+    assert versions[("steps", held.id)] == 2  # held -> denied by expire_stale
+    assert versions[("steps", left_pending.id)] == 2  # pending -> unknown at restart
+    assert versions[("sessions", "s1")] == 3
+    assert versions[("approvals", approval.id)] == 2
+    report = chain.verify(path)
+    assert report.problems == []
+    assert (report.steps, report.sessions, report.approvals, report.entries) == (
+        4,
+        1,
+        1,
+        len(entries),
+    )
+    assert report.head == _last_hash(path)
+
+
+def _last_hash(path: Path) -> str:
+    with sqlite3.connect(path) as db:
+        return str(db.execute("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1").fetchone()[0])
+
+
+@pytest.mark.asyncio
+async def test_a_row_a_batch_could_not_write_has_no_entry(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(path)
+    try:
+        journal.add_session(Session(id="s1"))
+        step = a_step(journal, "s1")
+        journal.record(step)
+        journal.record(step)  # the same id again: this batch fails, is retried row by row
+        other = a_step(journal, "s1")
+        journal.record(other)
+        await journal.writer.flush()
+    finally:
+        await journal.close()
+    assert [e[1] for e in chain_of(path)] == ["s1", step.id, other.id]
+    assert chain.verify(path).problems == []
+
+
+@pytest.mark.asyncio
+async def test_a_journal_from_before_the_chain_gets_one_at_migration(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    for name, sql in schema.MIGRATIONS[:3]:  # 001-003: no chain
+        old.executescript(sql)
+        old.execute("INSERT INTO migrations VALUES (?, ?)", (name, time.time()))
+    old.execute(
+        "INSERT INTO sessions (id, token, state, created_at, updated_at) "
+        "VALUES ('s1', 'tok', 'open', 1, 1)"
+    )
+    for seq in (1, 2):
+        old.execute(
+            "INSERT INTO steps (id, session_id, seq, created_at, updated_at, method, url, "
+            "is_mutation, status, request_body) VALUES (?, 's1', ?, 1.5, 2, 'POST', "
+            "'https://a.test/x', 1, 'succeeded', X'00ff')",
+            (f"st{seq}", seq),
+        )
+    old.close()
+    with pytest.raises(chain.NoChain):
+        chain.verify(path)
+
+    journal = await Journal.open(path)
+    try:
+        assert chain_of(path) == [("sessions", "s1", 1), ("steps", "st1", 1), ("steps", "st2", 1)]
+        step = await journal.step("st2")
+        assert step is not None
+        await journal.update_now(step, status="compensated")  # after the upgrade: chained
+    finally:
+        await journal.close()
+    report = chain.verify(path)
+    assert (report.problems, report.steps, report.entries) == ([], 2, 4)
+
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE steps SET url='https://b.test/x' WHERE id='st1'")
+    [problem] = chain.verify(path).problems
+    assert (problem.table, problem.row_id, problem.where) == ("steps", "st1", "session s1, #1")
+
+
+@pytest.mark.asyncio
+async def test_a_nullable_column_added_later_keeps_every_hash(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(path)
+    try:
+        journal.add_session(Session(id="s1"))
+        await journal.write_ahead(a_step(journal, "s1"))
+    finally:
+        await journal.close()
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE steps ADD COLUMN later TEXT")
+    assert chain.verify(path).problems == []
+
+
+@pytest.mark.asyncio
+async def test_verify_reads_one_snapshot_while_the_writer_writes(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(path)
+
+    async def agent() -> None:
+        for _ in range(100):
+            step = a_step(journal, "s1")
+            await journal.write_ahead(step)
+            journal.update(step, status="succeeded")
+
+    try:
+        journal.add_session(Session(id="s1"))
+        writing = asyncio.create_task(agent())
+        checks = 0
+        while not writing.done() or checks == 0:
+            report = await asyncio.to_thread(chain.verify, path)
+            assert report.problems == []
+            checks += 1
+        await writing
+    finally:
+        await journal.close()
+    assert chain.verify(path).steps == 100

@@ -1,0 +1,286 @@
+"""The journal's hash chain: every version of every step, session and approval row, in order.
+
+`chain` is an append-only table (seq, tbl, row_id, version, prev_hash, hash). Each insert or
+update of a row of `steps`, `sessions` or `approvals` appends one entry, in the same
+transaction: the row's version (1 when inserted, then 2, 3, ...) and
+
+    hash = SHA-256(prev_hash || "\\n" || canonical(table, row as stored after the change))
+
+where prev_hash is the hash of the entry before it (64 zeros for the first). The canonical
+form is JSON with sorted keys and no spaces, `[table, {column: value}]`, over every column of
+the row as SQLite returns it: text as a string (non-ASCII escaped), integers as integers,
+reals in Python's shortest exact repr (1 and 1.0 differ), a blob as {"sha256": its digest};
+NULL columns are left out, so a migration that adds a nullable column keeps every hash valid
+(one that adds a column with a non-NULL default must rehash the latest entries).
+
+How entries are written: the journal writer's connection (and no other) carries TEMP triggers
+AFTER INSERT and AFTER UPDATE on the three tables, which call `undoproxy_chain_hash` with the
+row's NEW values. So every change made through the one write path — a single row, an
+executemany batch or a set-based UPDATE (`WHERE status='held'`) — gets its entry from the
+row exactly as committed, inside the statement that changed it; a rolled-back batch takes its
+entries with it. A connection without the triggers (the sqlite3 CLI, another program) changes
+rows without entries, which is what `verify` detects.
+
+What `verify` checks (read-only, in one read transaction, so it works while undoproxy runs):
+- the links: each entry's prev_hash is the hash of the entry before it (an entry deleted,
+  inserted or moved breaks the link at that point), and each row's versions follow each other
+  1, 2, 3... (a deleted entry leaves a gap that names its row);
+- each row's content: recomputed from the row as stored, it matches the hash of the row's last
+  entry (any column edited afterwards, in any way, does not);
+- presence: every row has an entry (a row inserted outside undoproxy has none), every row the
+  chain names still exists (a deleted row does not).
+Not covered: `settings`, `migrations` and the chain's own tail. Without a secret, anyone who
+can write the file and knows this scheme can recompute the chain, or cut its last entries
+together with their rows; `verify` prints the chain's head so that it can be recorded
+elsewhere and compared later.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiosqlite
+
+GENESIS = "0" * 64
+TABLES = ("sessions", "steps", "approvals")  # what the chain covers, in backfill order
+FUNCTION = "undoproxy_chain_hash"
+_NOUN = {"sessions": "session", "steps": "step", "approvals": "approval"}
+
+CREATE = """
+CREATE TABLE chain (
+    seq INTEGER PRIMARY KEY,
+    tbl TEXT NOT NULL,
+    row_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE UNIQUE INDEX chain_by_row ON chain (tbl, row_id, version)
+"""
+_LAST = f"coalesce((SELECT hash FROM chain ORDER BY seq DESC LIMIT 1), '{GENESIS}')"
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"sha256": hashlib.sha256(value).hexdigest()}
+    return value
+
+
+def canonical(table: str, row: Iterable[tuple[str, Any]]) -> bytes:
+    """The bytes a row's hash covers (see the module docstring)."""
+    body = {name: _value(value) for name, value in row if value is not None}
+    return json.dumps([table, body], sort_keys=True, separators=(",", ":")).encode()
+
+
+def entry_hash(prev_hash: str, payload: bytes) -> str:
+    """SHA-256 of the previous entry's hash and a row's canonical form, hex."""
+    return hashlib.sha256(prev_hash.encode("ascii") + b"\n" + payload).hexdigest()
+
+
+def install(conn: sqlite3.Connection) -> None:
+    """Make every insert and update of a chained table on `conn` append its chain entry.
+
+    Call it once on the journal writer's connection, after the migrations: the triggers name
+    the columns the tables have now.
+    """
+    columns = {t: _columns(conn, t) for t in TABLES}
+
+    def chain_hash(prev_hash: str, table: str, *values: Any) -> str:
+        return entry_hash(prev_hash, canonical(table, zip(columns[table], values, strict=True)))
+
+    conn.create_function(FUNCTION, -1, chain_hash, deterministic=True)
+    for table, names in columns.items():
+        new = ", ".join(f"NEW.{n}" for n in names)
+        for event, version in (("INSERT", "1"), ("UPDATE", _next_version(table))):
+            conn.execute(
+                f"CREATE TEMP TRIGGER IF NOT EXISTS chain_{table}_{event.lower()} "
+                f"AFTER {event} ON main.{table} BEGIN "
+                "INSERT INTO chain (tbl, row_id, version, prev_hash, hash) "
+                f"SELECT '{table}', NEW.id, {version}, p, {FUNCTION}(p, '{table}', {new}) "
+                f"FROM (SELECT {_LAST} AS p); END"
+            )
+
+
+def _next_version(table: str) -> str:
+    return (
+        f"coalesce((SELECT max(version) FROM chain WHERE tbl='{table}' AND row_id=NEW.id), 0) + 1"
+    )
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.execute(f"PRAGMA main.table_info({table})")]
+
+
+async def backfill(conn: aiosqlite.Connection) -> None:
+    """Chain the rows a journal already has (migration 004, inside its transaction)."""
+    async with conn.execute(f"SELECT {_LAST}") as cur:
+        row = await cur.fetchone()
+    prev = str(row[0]) if row else GENESIS
+    for table in TABLES:
+        entries = []
+        async with conn.execute(f"SELECT * FROM {table} ORDER BY rowid") as cur:
+            names = [d[0] for d in cur.description]
+            async for values in cur:
+                digest = entry_hash(prev, canonical(table, zip(names, values, strict=True)))
+                entries.append((table, values[names.index("id")], 1, prev, digest))
+                prev = digest
+        await conn.executemany(
+            "INSERT INTO chain (tbl, row_id, version, prev_hash, hash) VALUES (?, ?, ?, ?, ?)",
+            entries,
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing `verify` found wrong; `position` orders problems (chain seq, then rowid)."""
+
+    position: tuple[int, int]
+    table: str
+    row_id: str
+    what: str
+    where: str = ""  # e.g. "session s1, #3" for a step still in the journal
+
+    def __str__(self) -> str:
+        where = f" ({self.where})" if self.where else ""
+        return f"{_NOUN.get(self.table, self.table)} {self.row_id}{where}: {self.what}"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `verify` saw: how many rows it checked, the chain's head, and the problems."""
+
+    steps: int
+    sessions: int
+    approvals: int
+    entries: int
+    head: str
+    problems: list[Problem]
+
+
+class NoChain(Exception):
+    """The journal has no chain table yet (no undoproxy with migration 004 has opened it)."""
+
+
+def verify(path: Path) -> Report:
+    """Check the chain of the journal at `path`, read-only (undoproxy may be running).
+
+    Raises sqlite3.Error when the file cannot be read as a journal, NoChain without a chain.
+    """
+    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None)
+    # A text column edited into invalid UTF-8 must be reported, not crash the check.
+    conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
+    try:
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute("BEGIN")  # one snapshot: the rows and the chain as of one commit
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='chain'").fetchone():
+            raise NoChain(f"{path} has no hash chain: start undoproxy once to add it")
+        return _check(conn)
+    finally:
+        conn.close()
+
+
+def _check(conn: sqlite3.Connection) -> Report:
+    problems: list[Problem] = []
+    breaks: list[int] = []  # chain seqs where a link is broken
+    gaps: list[tuple[int, int, Problem]] = []  # a row's missing version: between these seqs
+    last: dict[tuple[str, str], tuple[int, int, str, str]] = {}  # (table, id) -> last entry
+    prev, entries, before_it = GENESIS, 0, "the start"
+    for seq, table, row_id, version, prev_hash, digest in conn.execute(
+        "SELECT seq, tbl, row_id, version, prev_hash, hash FROM chain ORDER BY seq"
+    ):
+        entries += 1
+        if prev_hash != prev:
+            breaks.append(seq)
+            problems.append(
+                Problem(
+                    (seq, 0),
+                    table,
+                    row_id,
+                    f"chain entry {seq} does not follow {before_it} "
+                    "(an entry was deleted, inserted, moved or edited)",
+                )
+            )
+        prev, before_it = digest, f"entry {seq} ({_NOUN.get(table, table)} {row_id})"
+        before = last.get((table, row_id))
+        expected = before[1] + 1 if before else 1
+        if version > expected:
+            what = f"version {expected} is missing from the chain (a chain entry was deleted)"
+            gaps.append((before[0] if before else 0, seq, Problem((seq, -1), table, row_id, what)))
+        elif version < expected:
+            what = f"chain entry {seq} is version {version}, after version {expected - 1}"
+            problems.append(Problem((seq, 0), table, row_id, what + " (entries were moved)"))
+        last[(table, row_id)] = (seq, version, prev_hash, digest)
+    for after, seq, gap in gaps:
+        # The missing entry sat where the first broken link after the row's previous entry is.
+        i = bisect.bisect_left(breaks, after + 1)
+        at = breaks[i] if i < len(breaks) and breaks[i] <= seq else seq
+        problems.append(dataclasses.replace(gap, position=(at, -1)))
+    counts = {}
+    wheres: dict[tuple[str, str], str] = {}  # where each step is, to name it in any problem
+    for table in TABLES:
+        cur = conn.execute(f"SELECT rowid AS _rowid, * FROM {table} ORDER BY rowid")
+        names = [d[0] for d in cur.description][1:]
+        n = 0
+        for rowid, *values in cur:
+            n += 1
+            row = dict(zip(names, values, strict=True))
+            where = f"session {row['session_id']}, #{row['seq']}" if table == "steps" else ""
+            wheres[(table, row["id"])] = where
+            entry = last.pop((table, row["id"]), None)
+            if entry is None:
+                problems.append(
+                    Problem(
+                        (2**62, rowid),
+                        table,
+                        row["id"],
+                        "not in the chain: added to the database outside undoproxy",
+                        where,
+                    )
+                )
+                continue
+            seq, _, prev_hash, digest = entry
+            if entry_hash(prev_hash, canonical(table, row.items())) != digest:
+                problems.append(
+                    Problem(
+                        (seq, 1),
+                        table,
+                        row["id"],
+                        f"its content differs from what undoproxy journaled (chain entry {seq}): "
+                        "the row was edited outside undoproxy",
+                        where,
+                    )
+                )
+        counts[table] = n
+    for (table, row_id), (seq, *_) in last.items():
+        problems.append(
+            Problem(
+                (seq, 2),
+                table,
+                row_id,
+                f"deleted: the chain has it (entry {seq}), the journal does not",
+            )
+        )
+    problems = sorted(
+        (
+            dataclasses.replace(p, where=p.where or wheres.get((p.table, p.row_id), ""))
+            for p in problems
+        ),
+        key=lambda p: p.position,
+    )
+    return Report(
+        steps=counts["steps"],
+        sessions=counts["sessions"],
+        approvals=counts["approvals"],
+        entries=entries,
+        head=prev,
+        problems=problems,
+    )
