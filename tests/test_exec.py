@@ -240,6 +240,28 @@ def test_an_interrupt_reaches_the_agent_and_its_status_is_kept(
     assert f"session {session_id} (open): 0 requests" in err and "Traceback" not in err
 
 
+def test_the_agent_s_status_is_kept_when_undoproxy_is_gone_after_it(tmp_path: Path) -> None:
+    lone = Undoproxy(tmp_path / "lone").start()
+    assert lone.proc is not None
+    code = (  # stop undoproxy, and end once its admin port refuses connections
+        "import os, signal, socket, time\n"
+        f"os.kill({lone.proc.pid}, signal.SIGTERM)\n"
+        "while True:\n"
+        "    try:\n"
+        f"        socket.create_connection(('127.0.0.1', {lone.admin_port}), 1).close()\n"
+        "    except OSError:\n"
+        "        raise SystemExit(4)\n"
+        "    time.sleep(0.05)\n"
+    )
+    try:
+        done = lone.cli("exec", "--", sys.executable, "-c", code)
+        lone.proc.wait(30)
+    finally:
+        lone.stop()
+    assert done.returncode == 4
+    assert "undoproxy is not running" in done.stderr and "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -317,14 +317,17 @@ def cmd_exec(args: argparse.Namespace) -> int:
     # undoproxy's own lines go to stderr: CMD's stdout stays CMD's, for pipes.
     _err(f"undoproxy exec: session {args.session}: {' '.join(command)}")
     status = child.run(command, env)
-    _err(_summary(_client(args), args.session, status))
-    if status != 0 and args.rollback_on_failure:
-        with contextlib.redirect_stdout(sys.stderr):
-            cmd_rollback(
-                argparse.Namespace(
-                    admin=args.admin, session=args.session, force=False, dry_run=False
+    try:
+        _err(_summary(_client(args), args.session, status))
+        if status != 0 and args.rollback_on_failure:
+            with contextlib.redirect_stdout(sys.stderr):
+                cmd_rollback(
+                    argparse.Namespace(
+                        admin=args.admin, session=args.session, force=False, dry_run=False
+                    )
                 )
-            )
+    except UndoproxyError as exc:  # CMD's status is still what exec reports
+        _err(f"undoproxy: {exc}")
     return status
 
 
