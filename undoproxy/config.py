@@ -18,6 +18,7 @@ from undoproxy.durations import parse_duration
 from undoproxy.errors import ConfigError, ConfigErrors, Location
 from undoproxy.rules import RuleSet, parse_rules
 from undoproxy.rules.guards import Guard, RepeatGuard, parse_count, parse_repeat
+from undoproxy.rules.packs import ALL_PACKS
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
 
@@ -199,10 +200,19 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("include", [], "more rule files (rule packs), relative to the config file", _urls),
     Setting("rules", [], "the rules, first match wins (see docs/rules.md)", _urls),
+    Setting(
+        "packs",
+        "all",
+        "the built-in API packs whose rules follow the config's: absent = all, [] = none; "
+        "an entry is a name or {name, hosts} (see docs/packs.md)",
+        _urls,
+    ),
 )
-# `include` and `rules` are validated by the rules engine; their parse functions above are unused.
+# `include`, `rules` and `packs` are validated by the rules engine; their parse functions above
+# are unused.
+_RULE_KEYS = ("include", "rules", "packs")
 _SECTIONS = {"proxy", "admin", "store", "approvals", "defaults", "guard"}
-_TOP_LEVEL = _SECTIONS | {"state_dir", "include", "rules"}
+_TOP_LEVEL = _SECTIONS | {"state_dir", *_RULE_KEYS}
 
 
 @dataclass
@@ -297,7 +307,7 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
 
     parsed: dict[str, Any] = {}
     for setting in SETTINGS:
-        if setting.key in ("include", "rules"):
+        if setting.key in _RULE_KEYS:
             continue
         raw = values.get(setting.key, setting.default)
         try:
@@ -316,6 +326,8 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
             include_items if isinstance(include_items, YList | list) else None,
             base_dir=base_dir,
             where=where,
+            packs=doc.get("packs", ALL_PACKS),
+            packs_where=loc(doc, "packs"),
         )
     except ConfigErrors as exc:
         errors.extend(exc.errors)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from typing import Any, TypedDict
 
@@ -21,6 +22,7 @@ from undoproxy.rules.model import (
     RISKS,
     SnapshotSpec,
 )
+from undoproxy.rules.record import RECORD_SOURCES, Record, RecordEntry
 from undoproxy.rules.templates import (
     Capture,
     Reference,
@@ -41,11 +43,13 @@ RULE_ACTION_KEYS: frozenset[str] = frozenset(
         "credentials",
         "guard",
         "kind",
+        "record",
         "reason",
         "description",
     }
 )
 SNAPSHOT_KEYS: frozenset[str] = frozenset({"url"})
+_RECORD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 COMPENSATE_KEYS: frozenset[str] = frozenset({"method", "url", "body", "headers"})
 
 
@@ -58,6 +62,7 @@ class RuleActions(TypedDict):
     credentials: str
     guard: Guard | None
     kind: str | None
+    record: Record | None
     snapshot: SnapshotSpec | None
     compensate: str | dict[str, Any] | None
     timeout: float | None
@@ -158,6 +163,7 @@ def parse_actions(
         credentials=credentials,
         guard=guard,
         kind=kind,
+        record=_record(d, loc, captures, problems),
         snapshot=snapshot,
         compensate=compensate,
         timeout=timeout,
@@ -216,6 +222,31 @@ def _snapshot(
     # The snapshot is taken before the request is sent: only the request is known then.
     _check_template(url, url_where, "snapshot url", captures, ("request.body",), problems)
     return SnapshotSpec(url)
+
+
+def _record(
+    d: dict[str, Any], loc: Location, captures: tuple[str, ...], problems: Problems
+) -> Record | None:
+    value = d.get("record")
+    where = at(d, "record", loc)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        problems.add(where, "record must be a mapping of name: template (or a list of templates)")
+        return None
+    entries: list[RecordEntry] = []
+    for name, spec in value.items():
+        entry_at = at(value, name, where)
+        if not _RECORD_NAME.match(name):
+            problems.add(entry_at, f"record name {name!r} must be a word (letters, digits, _)")
+            continue
+        templates = spec if isinstance(spec, list) else [spec]
+        if not templates or any(t is None for t in templates):
+            problems.add(entry_at, f"record {name}: give a template such as ${{request.body.x}}")
+            continue
+        _check_template(spec, entry_at, f"record {name}", captures, RECORD_SOURCES, problems)
+        entries.append(RecordEntry(name, tuple(plain_value(t) for t in templates)))
+    return Record(tuple(entries))
 
 
 def _compensate(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from undoproxy.rules.conditions import BodyCondition, FieldCondition
+from undoproxy.rules.graphql import operation_of
 from undoproxy.rules.patterns import HostPattern, PathTemplate
 from undoproxy.rules.request import NOT_JSON, RequestView
 
@@ -24,6 +25,7 @@ class MatchSpec:
     query: tuple[FieldCondition, ...] = ()
     headers: tuple[FieldCondition, ...] = ()
     body: tuple[BodyCondition, ...] = ()
+    graphql: frozenset[str] | None = None  # the GraphQL operation types the body may run
 
     def host_matches(self, host: str, port: int) -> bool:
         """True when any host pattern matches (or there is none)."""
@@ -59,6 +61,12 @@ class MatchSpec:
             for b in self.body:
                 if not b.holds(doc, is_json):
                     return None
+        if self.graphql is not None:
+            if req.duplicate_keys:
+                return captures if restrictive else None
+            op = operation_of(req.json)
+            if op is None or op.type not in self.graphql:
+                return None
         return captures
 
     def mismatches(self, req: RequestView, *, restrictive: bool = False) -> list[str]:
@@ -102,6 +110,13 @@ class MatchSpec:
                 reasons.append(
                     f"body {b.path.text} = {_values(found)} fails {b.condition.describe()}"
                 )
+        if self.graphql is not None:
+            op = operation_of(req.json)
+            wanted = " or ".join(sorted(self.graphql))
+            if op is None:
+                reasons.append(f"body is not a GraphQL request, so graphql: {wanted} fails")
+            elif op.type not in self.graphql:
+                reasons.append(f"the GraphQL operation is a {op.type}, not {wanted}")
         return reasons
 
 

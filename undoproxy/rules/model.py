@@ -10,6 +10,7 @@ from undoproxy.errors import Location
 from undoproxy.methods import READ_METHODS as READ_METHODS
 from undoproxy.rules.guards import Guard
 from undoproxy.rules.matcher import MatchSpec
+from undoproxy.rules.record import Record
 from undoproxy.rules.request import RequestView
 from undoproxy.rules.templates import template_references_snapshot
 
@@ -65,6 +66,7 @@ class Rule:
     credentials: str = "origin"
     guard: Guard | None = None  # this rule's own budgets, counted over its matches per session
     kind: str | None = None  # read | mutation; None: by method
+    record: Record | None = None  # what a matching step records into its `meta`
     reason: str | None = None
     description: str | None = None
     match_spec: MatchSpec = field(default_factory=MatchSpec, repr=False)

@@ -18,15 +18,19 @@ from undoproxy.rules.conditions import (
     ConditionError,
     FieldCondition,
 )
+from undoproxy.rules.graphql import OPERATION_TYPES
 from undoproxy.rules.jsonpaths import JsonPath
 from undoproxy.rules.match import RuleSet
 from undoproxy.rules.matcher import MatchSpec
 from undoproxy.rules.model import HTTP_METHODS, Rule
+from undoproxy.rules.packs import load_pack, parse_choices
 from undoproxy.rules.patterns import HostPattern, PathTemplate
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
 RULE_KEYS: frozenset[str] = frozenset({"name", "match"}) | RULE_ACTION_KEYS
-MATCH_KEYS: frozenset[str] = frozenset({"host", "method", "path", "query", "headers", "body"})
+MATCH_KEYS: frozenset[str] = frozenset(
+    {"host", "method", "path", "query", "headers", "body", "graphql"}
+)
 INCLUDE_FILE_KEYS: frozenset[str] = frozenset({"rules"})
 
 
@@ -36,11 +40,17 @@ def parse_rules(
     *,
     base_dir: Path,
     where: Location,
+    packs: Any = None,
+    packs_where: Location | None = None,
 ) -> RuleSet:
-    """Parse the config's rules and every included file; raise ConfigErrors listing all errors."""
+    """Parse the config's rules, every included file, then the packs' rules.
+
+    `packs` is the `packs:` config value (None: no packs; ALL_PACKS: every built-in pack).
+    Raises ConfigErrors listing all errors.
+    """
     problems = Problems()
     names: dict[str, Location] = {}
-    parsed = _parse_rule_list(rules, where, "rules", problems, names)
+    parsed = parse_rule_list(rules, where, "rules", problems, names)
     for doc, file_where in _load_includes(include, base_dir, where, problems):
         rule_list: Any = doc
         if isinstance(doc, dict):
@@ -52,7 +62,11 @@ def parse_rules(
                 "an include file must be a list of rules or a mapping with a rules: list",
             )
             continue
-        parsed.extend(_parse_rule_list(rule_list, file_where, "rules", problems, names))
+        parsed.extend(parse_rule_list(rule_list, file_where, "rules", problems, names))
+    for choice in parse_choices(packs, packs_where or where, problems):
+        pack = load_pack(choice, problems, names, parse_rule_list)
+        if pack is not None:
+            parsed.extend(pack.rules)
     if problems.errors:
         raise ConfigErrors(problems.errors)
     return RuleSet(parsed)
@@ -97,9 +111,15 @@ def _load_includes(
     return loaded
 
 
-def _parse_rule_list(
-    rules: Any, where: Location, what: str, problems: Problems, names: dict[str, Location]
+def parse_rule_list(
+    rules: Any,
+    where: Location,
+    what: str,
+    problems: Problems,
+    names: dict[str, Location],
+    prefix: str = "",
 ) -> list[Rule]:
+    """The rules of one YAML list; a pack's are named `prefix` + name (`github/`)."""
     if rules is None:
         return []
     if not isinstance(rules, list):
@@ -111,14 +131,14 @@ def _parse_rule_list(
         if not isinstance(item, dict):
             problems.add(loc, f"a rule must be a mapping with name: and match:, got {item!r}")
             continue
-        rule = _parse_rule(item, loc, problems, names)
+        rule = _parse_rule(item, loc, problems, names, prefix)
         if rule is not None:
             out.append(rule)
     return out
 
 
 def _parse_rule(
-    d: dict[str, Any], loc: Location, problems: Problems, names: dict[str, Location]
+    d: dict[str, Any], loc: Location, problems: Problems, names: dict[str, Location], prefix: str
 ) -> Rule | None:
     """One rule, or None if it has errors (which are recorded; parsing goes on)."""
     before = len(problems.errors)
@@ -129,9 +149,11 @@ def _parse_rule(
         problems.add(loc, "rule has no name: (every rule needs a unique name)")
     elif not isinstance(name, str) or not name.strip():
         problems.add(at(d, "name", loc), f"rule name must be a non-empty string, got {name!r}")
-    elif name in names:
+    elif prefix + name in names:
+        name = prefix + name
         problems.add(at(d, "name", loc), f"duplicate rule name {name!r} (first at {names[name]})")
     else:
+        name = prefix + name
         names[name] = at(d, "name", loc)
     spec, methods = _parse_match(d.get("match"), at(d, "match", loc), problems)
     captures = spec.path.captures if spec.path else ()
@@ -172,12 +194,20 @@ def _parse_match(
                 problems.add(at(m, "path", loc), str(exc))
         else:
             problems.add(at(m, "path", loc), f"path must be a string, got {m['path']!r}")
+    graphql: set[str] = set()
+    for value, where in _one_or_list(m, "graphql", loc, problems):
+        if value.strip().lower() in OPERATION_TYPES:
+            graphql.add(value.strip().lower())
+        else:
+            hint = Problems.suggest(value, OPERATION_TYPES)
+            problems.add(where, f"unknown GraphQL operation type {value!r}{hint}")
     spec = MatchSpec(
         hosts=tuple(hosts),
         path=path,
         query=tuple(_fields(m, "query", loc, problems, lower=False)),
         headers=tuple(_fields(m, "headers", loc, problems, lower=True)),
         body=tuple(_body(m, loc, problems)),
+        graphql=frozenset(graphql) if m.get("graphql") is not None else None,
     )
     return spec, frozenset(methods) if "method" in m and m["method"] is not None else None
 

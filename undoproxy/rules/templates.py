@@ -24,10 +24,13 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
+from undoproxy.rules.graphql import operation_of
 from undoproxy.rules.jsonpaths import JsonPath
 
 BODY_SOURCES = ("request.body", "response.body", "snapshot.body")
 HEADER_SOURCE = "response.headers"
+GRAPHQL_SOURCE = "request.graphql"  # .type / .name of the GraphQL operation the request runs
+GRAPHQL_FIELDS = ("type", "name")
 _TOKEN = re.compile(r"\{\{|\}\}|\$(?=\{\{)|\$\{([^{}]*)\}|\{([^{}]*)\}|[{}]")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
@@ -58,12 +61,18 @@ class Reference:
     """`${source.rest}`: request/response/snapshot data."""
 
     text: str
-    source: str  # one of BODY_SOURCES or HEADER_SOURCE
+    source: str  # one of BODY_SOURCES, HEADER_SOURCE or GRAPHQL_SOURCE
     path: JsonPath | None = field(default=None, compare=False)  # None: the whole body
-    header: str | None = None
+    header: str | None = None  # the header name, or the GraphQL field
 
     def resolve(self, ctx: TemplateContext) -> Any:
         """The referenced value; raises TemplateError when there is none."""
+        if self.source == GRAPHQL_SOURCE:
+            op = operation_of(ctx.request_body)
+            value = getattr(op, self.header or "", None) if op is not None else None
+            if value is None:
+                raise TemplateError(f"${{{self.text}}}: the request runs no such GraphQL value")
+            return value
         if self.header is not None:
             value = ctx.header(self.header)
             if value is None:
@@ -156,6 +165,11 @@ def parse_reference(text: str) -> Reference:
             except ValueError as exc:
                 raise TemplateSyntaxError(f"${{{text}}}: {exc}") from None
             return Reference(text, source, path)
+    if text.startswith(GRAPHQL_SOURCE + "."):
+        name = text[len(GRAPHQL_SOURCE) + 1 :]
+        if name not in GRAPHQL_FIELDS:
+            raise TemplateSyntaxError(f"${{{text}}}: use request.graphql.type or .name")
+        return Reference(text, GRAPHQL_SOURCE, header=name)
     prefix = HEADER_SOURCE + "."
     if text.startswith(prefix):
         name = text[len(prefix) :]

@@ -1,0 +1,217 @@
+"""The `packs:` config key and the built-in pack files (undoproxy/packs/*.yaml).
+
+A pack file is a mapping:
+
+    name: github
+    description: GitHub REST API
+    hosts: [api.github.com]      # the default host(s) of rules that name none
+    enterprise_prefix: /api/v3   # prepended to every rule's path when the user gives hosts
+    rules: [...]                 # ordinary rules; each is called PACK/RULE
+
+`packs:` absent turns every built-in pack on, `packs: []` none; an entry is a pack name or
+`{name, hosts}`: with `hosts` the pack's rules match those hosts instead of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from undoproxy.errors import ConfigError, ConfigErrors, Location
+from undoproxy.packs import builtin_names, pack_file
+from undoproxy.rules.actions import Problems, at, unknown_keys
+from undoproxy.rules.model import Rule
+from undoproxy.rules.patterns import HostPattern
+from undoproxy.yamlsource import YDict, YList, load_file, location_of
+
+PACK_FILE_KEYS: Final = frozenset({"name", "description", "hosts", "enterprise_prefix", "rules"})
+PACK_ENTRY_KEYS: Final = frozenset({"name", "hosts"})
+
+
+class _AllPacks:
+    """Type of `ALL_PACKS`: the `packs:` key is absent, so every built-in pack is on."""
+
+    def __repr__(self) -> str:
+        return "ALL_PACKS"
+
+
+ALL_PACKS: Final = _AllPacks()
+
+ParseList = Callable[[Any, Location, str, Problems, dict[str, Location], str], list[Rule]]
+
+
+@dataclass(frozen=True)
+class PackChoice:
+    """One entry of `packs:`: a pack, and the hosts the user put it on (None: its own)."""
+
+    name: str
+    hosts: tuple[str, ...] | None = None
+    where: Location | None = None
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A loaded pack: what `undoproxy packs` shows, and its rules in order."""
+
+    name: str
+    description: str
+    hosts: tuple[str, ...]
+    enterprise_prefix: str | None
+    rules: tuple[Rule, ...]
+    where: Location
+
+
+def parse_choices(value: Any, where: Location, problems: Problems) -> list[PackChoice]:
+    """The `packs:` key as a list of choices (ALL_PACKS: every built-in pack, in order)."""
+    available = builtin_names()
+    if value is ALL_PACKS:
+        return [PackChoice(name) for name in available]
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.add(
+            location_of(value, where), "packs must be a list of pack names or {name, hosts}"
+        )
+        return []
+    out: list[PackChoice] = []
+    seen: dict[str, Location] = {}
+    for i, entry in enumerate(value):
+        loc = value.where(i) if isinstance(value, YList) else where
+        hosts: tuple[str, ...] | None = None
+        if isinstance(entry, dict):
+            loc = location_of(entry, loc)
+            unknown_keys(entry, PACK_ENTRY_KEYS, "a packs entry", problems, loc)
+            name = entry.get("name")
+            if "hosts" in entry:
+                hosts = _hosts(entry["hosts"], at(entry, "hosts", loc), problems)
+        else:
+            name = entry
+        if not isinstance(name, str) or not name.strip():
+            problems.add(loc, f"a packs entry must be a pack name or {{name, hosts}}, got {name!r}")
+            continue
+        if name not in available:
+            problems.add(loc, f"unknown pack {name!r}{Problems.suggest(name, available)}")
+            continue
+        if name in seen:
+            problems.add(loc, f"pack {name!r} is already listed at {seen[name]}")
+            continue
+        seen[name] = loc
+        out.append(PackChoice(name, hosts, loc))
+    return out
+
+
+def _hosts(
+    value: Any, where: Location, problems: Problems, *, empty: bool = False
+) -> tuple[str, ...] | None:
+    if not isinstance(value, list) or (not value and not empty):
+        problems.add(where, f"hosts must be a non-empty list of host names, got {value!r}")
+        return None
+    out: list[str] = []
+    for i, item in enumerate(value):
+        item_at = value.where(i) if isinstance(value, YList) else where
+        if not isinstance(item, str):
+            problems.add(item_at, f"a host must be a string, got {item!r}")
+            continue
+        try:
+            HostPattern.parse(item)
+        except ValueError as exc:
+            problems.add(item_at, str(exc))
+            continue
+        out.append(item)
+    return tuple(out) if len(out) == len(value) else None
+
+
+def load_pack(
+    choice: PackChoice,
+    problems: Problems,
+    names: dict[str, Location],
+    parse_list: ParseList,
+) -> Pack | None:
+    """Load one pack's file and parse its rules for `choice` (errors go to `problems`)."""
+    path = pack_file(choice.name)
+    try:
+        doc = load_file(path)
+    except ConfigError as exc:
+        problems.errors.extend(exc.errors if isinstance(exc, ConfigErrors) else [exc])
+        return None
+    where = Location(str(path), 1)
+    if not isinstance(doc, dict):
+        problems.add(location_of(doc, where), "a pack file must be a mapping with name: and rules:")
+        return None
+    where = location_of(doc, where)
+    unknown_keys(doc, PACK_FILE_KEYS, "a pack file", problems, where)
+    if doc.get("name") != choice.name:
+        problems.add(at(doc, "name", where), f"the pack file says name {doc.get('name')!r}")
+    description = doc.get("description") or ""
+    if not isinstance(description, str):
+        problems.add(at(doc, "description", where), "description must be text")
+        description = ""
+    own_hosts: tuple[str, ...] = ()
+    if doc.get("hosts") is not None:
+        own_hosts = _hosts(doc["hosts"], at(doc, "hosts", where), problems, empty=True) or ()
+    prefix = doc.get("enterprise_prefix")
+    if prefix is not None and (not isinstance(prefix, str) or not prefix.startswith("/")):
+        problems.add(at(doc, "enterprise_prefix", where), "enterprise_prefix must be a /path")
+        prefix = None
+    rules = doc.get("rules")
+    if not isinstance(rules, list):
+        problems.add(at(doc, "rules", where), "a pack needs a rules: list")
+        return None
+    placed = YList(_place(r, own_hosts, choice.hosts, prefix) for r in rules)
+    placed.location = location_of(rules, where)
+    placed.item_locations = list(getattr(rules, "item_locations", []))
+    parsed = parse_list(placed, where, "rules", problems, names, f"{choice.name}/")
+    return Pack(
+        name=choice.name,
+        description=description,
+        hosts=choice.hosts or own_hosts,
+        enterprise_prefix=prefix,
+        rules=tuple(parsed),
+        where=where,
+    )
+
+
+def _place(
+    rule: Any, own: tuple[str, ...], user: tuple[str, ...] | None, prefix: str | None
+) -> Any:
+    """A pack rule with its hosts filled in (and the enterprise prefix, on the user's hosts)."""
+    if not isinstance(rule, dict):
+        return rule
+    match = rule.get("match")
+    if match is not None and not isinstance(match, dict):
+        return rule
+    new_match = _copy(match or {}, location_of(rule, Location("", 0)))
+    if user is not None:
+        new_match["host"] = list(user)
+        path = new_match.get("path")
+        if prefix and isinstance(path, str) and path.startswith("/"):
+            new_match["path"] = prefix.rstrip("/") + path
+    elif "host" not in new_match and own:
+        new_match["host"] = list(own)
+    if not new_match and match is None:
+        return rule
+    out = _copy(rule, location_of(rule, Location("", 0)))
+    out["match"] = new_match
+    return out
+
+
+def _copy(d: dict[str, Any], default: Location) -> YDict:
+    out = YDict(d)
+    out.location = location_of(d, default)
+    out.key_locations = dict(getattr(d, "key_locations", {}))
+    return out
+
+
+def load_builtin(name: str, hosts: tuple[str, ...] | None = None) -> Pack:
+    """One built-in pack on its own (for `undoproxy packs NAME`); raises ConfigErrors."""
+    from undoproxy.rules.parse import parse_rule_list
+
+    problems = Problems()
+    if name not in builtin_names():
+        hint = Problems.suggest(name, builtin_names())
+        raise ConfigErrors([ConfigError(None, f"unknown pack {name!r}{hint}")])
+    pack = load_pack(PackChoice(name, hosts), problems, {}, parse_rule_list)
+    if problems.errors or pack is None:
+        raise ConfigErrors(problems.errors or [ConfigError(None, f"pack {name} did not load")])
+    return pack
