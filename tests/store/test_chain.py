@@ -202,3 +202,14 @@ async def test_verify_reads_one_snapshot_while_the_writer_writes(tmp_path: Path)
     finally:
         await journal.close()
     assert chain.verify(path).steps == 100
+
+
+@pytest.mark.asyncio
+async def test_a_dropped_chain_is_not_mistaken_for_an_old_journal(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(path)
+    await journal.close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE chain")
+    with pytest.raises(chain.NoChain, match="dropped"):
+        chain.verify(path)

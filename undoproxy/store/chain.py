@@ -29,6 +29,8 @@ What `verify` checks (read-only, in one read transaction, so it works while undo
   entry (any column edited afterwards, in any way, does not);
 - presence: every row has an entry (a row inserted outside undoproxy has none), every row the
   chain names still exists (a deleted row does not).
+Nothing in undoproxy deletes these rows; a retention feature would have to chain its deletions
+(a tombstone entry) for `verify` to tell them from tampering.
 Not covered: `settings`, `migrations` and the chain's own tail. Without a secret, anyone who
 can write the file and knows this scheme can recompute the chain, or cut its last entries
 together with their rows; `verify` prints the chain's head so that it can be recorded
@@ -182,7 +184,13 @@ def verify(path: Path) -> Report:
         conn.execute("PRAGMA busy_timeout=5000")
         conn.execute("BEGIN")  # one snapshot: the rows and the chain as of one commit
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='chain'").fetchone():
-            raise NoChain(f"{path} has no hash chain: start undoproxy once to add it")
+            migrated = (
+                conn.execute("SELECT 1 FROM sqlite_master WHERE name='migrations'").fetchone()
+                and conn.execute("SELECT 1 FROM migrations WHERE name='004_chain'").fetchone()
+            )
+            if migrated:
+                raise NoChain(f"{path} had a hash chain, and its chain table was dropped")
+            raise NoChain(f"{path} has no hash chain yet: start undoproxy once to add it")
         return _check(conn)
     finally:
         conn.close()
