@@ -85,8 +85,11 @@ def _agent_setup(args: argparse.Namespace) -> Any:
         session_port = (own["host"], int(own["port"]))
     # The admin API (and loopback) is never reached through the proxy: the CLI's own calls
     # would otherwise become steps of the session they manage.
+    # No "::1": Ruby reads NO_PROXY entries up to a colon, so "::1" becomes "1" and every
+    # host ending in ".1" (10.0.0.1, 192.168.1.1) would go around undoproxy.
     admin_host = urlsplit(client.base_url).hostname or "127.0.0.1"
-    no_proxy = tuple(dict.fromkeys(["127.0.0.1", "localhost", "::1", admin_host]))
+    hosts = ["127.0.0.1", "localhost"] + ([] if ":" in admin_host else [admin_host])
+    no_proxy = tuple(dict.fromkeys(hosts))
     return Setup(
         proxy_url=proxy_url,
         ca_cert=Path(info["ca_cert"]),
@@ -128,7 +131,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if setup.session_port is not None:
         ports.add(setup.session_port[1])
     doctor = Doctor(
-        {**os.environ, **dict(variables(setup))}, lambda: client.call("GET", path)["steps"], ports
+        {**os.environ, **dict(variables(setup))},
+        lambda: client.call("GET", path)["steps"],
+        ports,
+        **({"host": args.canary_host} if args.canary_host else {}),
     )
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     _out(
@@ -521,6 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = command("doctor", cmd_doctor, admin=True)
     p.add_argument("--session", metavar="ID", help="the session to probe in (default: doctor)")
+    p.add_argument(
+        "--canary-host",
+        metavar="ADDR",
+        help="the address the canary listens on (default: this machine's own non-loopback "
+        "address: runtimes that never proxy loopback would otherwise look like bypasses)",
+    )
     p.add_argument(
         "cmd",
         nargs=argparse.REMAINDER,

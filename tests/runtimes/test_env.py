@@ -24,7 +24,7 @@ SETUP = Setup(
     proxy_url="http://s1:t0k'en@127.0.0.1:8080",
     ca_cert=Path("/state dir/mitmproxy-ca-cert.pem"),
     ca_bundle=Path("/state dir/ca-bundle.pem"),
-    no_proxy=("127.0.0.1", "localhost", "::1"),
+    no_proxy=("127.0.0.1", "localhost"),
     session="s1",
     session_port=("127.0.0.1", 40001),
 )
@@ -218,3 +218,19 @@ def test_node_fetch_preload_leaves_no_proxy_hosts_direct(
     )
     assert done.returncode == 0, done.stderr
     assert not [s for s in steps(rt_proxy, session_id) if "ca.pem" in s["url"]]
+
+
+def test_no_proxy_never_lets_ruby_skip_hosts_ending_in_dot_1(rt_proxy: Undoproxy) -> None:
+    """Ruby's no_proxy parser turns an entry "::1" into "1", which matches 10.0.0.1: every
+    such host would go around undoproxy. `env` must print nothing Ruby misreads."""
+    need("ruby")
+    env = agent_env(rt_proxy, "ruby-no-proxy")
+    assert "::1" not in env["NO_PROXY"]
+    run = subprocess.run(
+        ["ruby", "-ruri", "-e", "p URI('https://10.0.0.1/x').find_proxy"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert "http://" in run.stdout  # a proxy is used, not nil

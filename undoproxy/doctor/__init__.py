@@ -47,6 +47,7 @@ from undoproxy.doctor.probes import (
 )
 
 __all__ = ["CANARY_ENV", "PROBES", "Doctor", "Finding", "report"]
+JOURNAL_WAIT = 10.0  # seconds a request the canary saw may take to show in the journal
 
 
 @dataclass
@@ -89,8 +90,7 @@ class Doctor:
     def _judge(
         self, name: str, runtime: str, canary: Canary, path: str, rc: int, out: str
     ) -> Finding:
-        time.sleep(0.2)  # let undoproxy's journal writer catch up
-        if any(path in s["url"] for s in self.steps()):
+        if self._journaled(path, wait=JOURNAL_WAIT if canary.peers else 0.5):
             return Finding(name, "ok", "went through undoproxy into the session")
         if canary.peers:
             fix = BYPASS_FIXES.get(runtime, GENERIC_BYPASS_FIX)
@@ -101,6 +101,17 @@ class Doctor:
                 name, "TRUST", f"does not trust undoproxy's CA: {_last_words(out)}", trust[1]
             )
         return Finding(name, "FAILED", f"exit {rc}: {_last_words(out)}")
+
+    def _journaled(self, path: str, wait: float) -> bool:
+        """True once the session has a step for `path`. Reads are journaled in batches: the
+        canary seeing a request is no bypass until the journal had time to show it."""
+        deadline = time.monotonic() + wait
+        while True:
+            if any(path in s["url"] for s in self.steps()):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
     def probe(self, probe: Probe) -> Finding:
         """Run one probe against its own canary."""
