@@ -71,16 +71,18 @@ CREATE UNIQUE INDEX chain_by_row ON chain (tbl, row_id, version)
 _LAST = f"coalesce((SELECT hash FROM chain ORDER BY seq DESC LIMIT 1), '{GENESIS}')"
 
 
-def _value(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"sha256": hashlib.sha256(value).hexdigest()}
-    return value
+# One encoder for every row: json.dumps would build a new one per call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 def canonical(table: str, row: Iterable[tuple[str, Any]]) -> bytes:
     """The bytes a row's hash covers (see the module docstring)."""
-    body = {name: _value(value) for name, value in row if value is not None}
-    return json.dumps([table, body], sort_keys=True, separators=(",", ":")).encode()
+    body = {
+        name: {"sha256": hashlib.sha256(value).hexdigest()} if type(value) is bytes else value
+        for name, value in row
+        if value is not None
+    }
+    return _ENCODER.encode([table, body]).encode()
 
 
 def entry_hash(prev_hash: str, payload: bytes) -> str:
