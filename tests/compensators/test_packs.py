@@ -44,7 +44,7 @@ BUILT: list[Any] = [
         {
             "method": "PATCH",
             "url": f"{GITHUB}/issues/42",
-            "body": {"state": "closed"},
+            "body": {"state": "closed", "state_reason": "not_planned"},
             "content_type": "application/json",
         },
         id="github.close-issue",
@@ -56,7 +56,7 @@ BUILT: list[Any] = [
         {
             "method": "PATCH",
             "url": f"{GITHUB}/issues/42",
-            "body": {"state": "closed"},
+            "body": {"state": "closed", "state_reason": "not_planned"},
             "content_type": "application/json",
         },
         id="github.close-issue-query-and-slash-dropped",
@@ -163,7 +163,11 @@ def test_pack_builds_the_inverse_request_from_the_response(
     assert prepare(p, f)["ready"] is False  # everything it needs is in the response
     comp = run(p, f, 201, response)
     assert comp["ready"] is True
-    assert _inverse(comp) == inverse
+    got = _inverse(comp)
+    headers = got.pop("headers", {})
+    assert got == inverse
+    # Every Stripe compensation carries its own Idempotency-Key; the others carry none.
+    assert ("Idempotency-Key" in headers) == name.startswith("stripe.")
 
 
 def _missing(name: str) -> str:

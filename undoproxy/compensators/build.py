@@ -62,7 +62,7 @@ def _context(facts: Facts, *, with_response: bool) -> TemplateContext:
         snapshot_json = parse_json(facts.snapshot.body)
     return TemplateContext(
         captures=facts.captures,
-        request_body=facts.request_json,
+        request_body=facts.request_fields,
         response_body=facts.response_json if with_response else None,
         response_headers=facts.response_headers if with_response else {},
         snapshot_body=snapshot_json,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from undoproxy.compensators import github, slack, stripe
+
 GENERIC: dict[str, str] = {
     "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
     "delete-created": "DELETE what a POST created (Location header, else the response id)",
@@ -10,12 +12,7 @@ GENERIC: dict[str, str] = {
 }
 
 # API packs: named compensators that know one API's inverse operations.
-PACKS: dict[str, str] = {
-    "github.close-issue": "PATCH the created issue to state: closed (issues cannot be deleted)",
-    "github.delete-comment": "DELETE the created issue comment",
-    "stripe.refund": "POST /v1/refunds for the created charge or payment intent",
-    "slack.delete-message": "POST chat.delete for the message chat.postMessage sent",
-}
+PACKS: dict[str, str] = {**github.DESCRIPTIONS, **stripe.DESCRIPTIONS, **slack.DESCRIPTIONS}
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})
 

@@ -7,7 +7,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 
 def origin(url: str) -> tuple[str, str]:
@@ -24,6 +24,25 @@ def parse_json(body: bytes | None) -> Any:
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def parse_form(body: bytes | None) -> dict[str, str] | None:
+    """The fields of an `application/x-www-form-urlencoded` body (last value wins), or None.
+
+    Keys stay as sent (`metadata[plan]`); a body that is JSON or has no `=` is not a form.
+    """
+    if not body or parse_json(body) is not None:
+        return None
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return None
+    if "=" not in text:
+        return None
+    try:
+        return dict(parse_qsl(text, keep_blank_values=True, strict_parsing=True))
+    except ValueError:
         return None
 
 
@@ -128,6 +147,12 @@ class Facts:
     def request_json(self) -> Any:
         """The request body as JSON, or None."""
         return parse_json(self.request_body)
+
+    @property
+    def request_fields(self) -> Any:
+        """The request body as JSON, else its form fields (Stripe, Slack), else None."""
+        parsed = parse_json(self.request_body)
+        return parsed if parsed is not None else parse_form(self.request_body)
 
     @property
     def response_json(self) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
-from undoproxy.compensators.model import Plan
+from undoproxy.compensators.model import Plan, parse_form
 from undoproxy.rules import Rule, TemplateContext, TemplateError, render_url
 from undoproxy.rules.request import NOT_JSON, RequestView
 
@@ -22,7 +22,8 @@ def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, st
     spec = rule.effective_snapshot if rule is not None else None
     if spec is None or spec.url_template is None:
         return request.url
-    body = None if request.json is NOT_JSON else request.json
+    # Form bodies (Stripe, Slack) are read as their fields: `${request.body.channel}`.
+    body = parse_form(request.body) if request.json is NOT_JSON else request.json
     rendered = render_url(spec.url_template, TemplateContext(captures=captures, request_body=body))
     return request.resolve(rendered)
 

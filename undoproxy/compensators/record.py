@@ -22,7 +22,20 @@ class InverseRequest:
     content_type: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     expect_ok: bool = False  # a 2xx answer must also say `"ok": true` (Slack)
+    # Slack errors that say the undo already holds (`message_not_found` for chat.delete)
+    ok_errors: tuple[str, ...] = ()
+    says_repeatable: bool = False  # a pack says sending it twice leaves the same state (Slack)
     forward_credentials: bool = False  # a rule's `credentials: forward`
+
+    @property
+    def repeatable(self) -> bool:
+        """Safe to send again once a read shows it did not take effect: an idempotent method,
+        an Idempotency-Key (Stripe answers a repeat with the first answer), or a pack's word."""
+        return (
+            self.says_repeatable
+            or self.method.upper() in ("PUT", "PATCH", "DELETE")
+            or any(k.lower() == "idempotency-key" for k in self.headers)
+        )
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> InverseRequest:
@@ -34,6 +47,8 @@ class InverseRequest:
             content_type=data.get("content_type") or None,
             headers={str(k): str(v) for k, v in (data.get("headers") or {}).items()},
             expect_ok=bool(data.get("expect_ok")),
+            ok_errors=tuple(str(e) for e in data.get("ok_errors") or ()),
+            says_repeatable=bool(data.get("repeatable")),
             forward_credentials=data.get("credentials") == "forward",
         )
 
@@ -51,6 +66,8 @@ class CompensationRecord:
     snapshot_url: str | None = None
     after: dict[str, Any] | None = None  # what the agent's write produced (drift baseline)
     check_absent: bool = False  # recreate: the target must still be gone
+    then: tuple[InverseRequest, ...] = ()  # more requests after `request` (one per label, user)
+    readback: dict[str, Any] | None = None  # a pack's read-back (see compensators/readback.py)
     inferred: bool = False  # chosen by `defaults.compensate: auto`, not by a rule
 
     @classmethod
@@ -69,5 +86,7 @@ class CompensationRecord:
             snapshot_url=raw.get("snapshot_url") or None,
             after=raw.get("after") or None,
             check_absent=bool(raw.get("check_absent")),
+            then=tuple(InverseRequest.of(r) for r in raw.get("then") or () if isinstance(r, dict)),
+            readback=raw.get("readback") if isinstance(raw.get("readback"), dict) else None,
             inferred=bool(raw.get("inferred")),
         )

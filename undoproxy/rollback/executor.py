@@ -324,7 +324,7 @@ class Rollback:
         tries = f" after {resp.attempts} attempts" if resp.attempts > 1 else ""
         answered = f"{out.method} answered {resp.status}{tries}"
         excerpt = resp.body[:200].decode("utf-8", "replace").strip()
-        if 200 <= resp.status < 300 and request.expect_ok and not _json_ok(resp):
+        if 200 <= resp.status < 300 and request.expect_ok and not _json_ok(resp, request):
             attempts.refused = True
             return Verdict("failed", f"{answered} but not ok: {excerpt}", attempts.into(comp.raw))
         if resp.status == 412:
@@ -340,9 +340,32 @@ class Rollback:
                 f"{out.method} answered HTTP {resp.status}{tries}: {excerpt}",
                 attempts.into(comp.raw),
             )
+        if comp.then and (200 <= resp.status < 300 or gone_already):
+            refused = await self._send_then(step, comp, credentials, run)
+            if refused:
+                return Verdict("failed", f"{answered}; then {refused}", attempts.into(comp.raw))
+            answered += f", then {len(comp.then)} more like it"
         verdict = await self.judge.verify(step, comp, out, go.note + answered)
         verdict.compensation = attempts.into(comp.raw)
         return verdict
+
+    async def _send_then(
+        self, step: Step, comp: CompensationRecord, credentials: dict[str, str], run: RunState
+    ) -> str:
+        """Send a pack's further requests (one per label, per user); '' when all went well."""
+        for extra in comp.then:
+            out = compensation_request(extra, step.url, credentials, force=run.force)
+            try:
+                resp = await self._request(out)
+            except UpstreamError as exc:
+                return f"{out.method} {redact.url(out.url)}: upstream unreachable ({exc})"
+            excerpt = resp.body[:200].decode("utf-8", "replace").strip()
+            gone = out.method == "DELETE" and resp.status in (404, 410)
+            if not (200 <= resp.status < 300 or gone):
+                return f"{out.method} {redact.url(out.url)} answered HTTP {resp.status}: {excerpt}"
+            if extra.expect_ok and not gone and not _json_ok(resp, extra):
+                return f"{out.method} {redact.url(out.url)} answered not ok: {excerpt}"
+        return ""
 
     async def _fit(self, step: Step, out: Outgoing, go: Go, run: RunState) -> Outgoing | Verdict:
         """Preconditions for the write: If-Match with a known strong ETag; CouchDB's `_rev`."""
@@ -419,10 +442,13 @@ def _markable(step: Step) -> bool:
     return bool(step.snapshot) or request.method == "DELETE"
 
 
-def _json_ok(resp: UpstreamResponse) -> bool:
-    """For APIs that report errors inside a 2xx answer (Slack): `"ok": true`."""
+def _json_ok(resp: UpstreamResponse, request: InverseRequest) -> bool:
+    """For APIs that report errors inside a 2xx answer (Slack): `"ok": true`, or an error
+    that says the undo already holds (`message_not_found` for chat.delete)."""
     body = parse_json(resp.body)
-    return isinstance(body, dict) and body.get("ok") is True
+    if not isinstance(body, dict):
+        return False
+    return body.get("ok") is True or (body.get("error") in request.ok_errors)
 
 
 async def _tell(progress: Progress | None, result: StepResult) -> Progress | None:

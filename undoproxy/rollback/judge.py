@@ -14,7 +14,8 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
-from undoproxy.compensators.model import Snapshot, origin
+from undoproxy.compensators import readback
+from undoproxy.compensators.model import Snapshot, origin, parse_json
 from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
 from undoproxy.retry import RetryPolicy
@@ -173,6 +174,8 @@ class Judge:
                 f"{redact.url(attempts.recreated_at)}), under a new URL; a POST is never sent "
                 f"twice: {RESOLVE}",
             )
+        if comp.readback is not None:
+            return await self.recheck_pack(step, comp, comp.readback, earlier)
         snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
         if snap is not None:
             current = await self.read(step, snap.url, snap)
@@ -233,6 +236,19 @@ class Judge:
         self, step: Step, comp: CompensationRecord, out: Outgoing, answered: str
     ) -> Verdict:
         """Read the target back: only a read that shows the prior state makes it compensated."""
+        if comp.readback is not None:
+            state, seen = await self.read_back(step, comp.readback)
+            if state == "as_before":
+                return Verdict("compensated", f"{answered}; read back: {seen}", etag=None)
+            if state == "unsupported":
+                return Verdict("unverified", f"{answered}, but {seen}: {RESOLVE}")
+            if state == "unreadable":
+                return Verdict(
+                    "failed",
+                    f"{answered}, but the target could not be read back to verify it ({seen}); "
+                    "a later rollback reads it again",
+                )
+            return Verdict("failed", f"{answered}, but {seen}")
         snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
         if snap is not None:
             current = await self.read(step, snap.url, snap)
@@ -270,6 +286,52 @@ class Judge:
             )
         seen = "gone" if not snap.existed else "matches the snapshot"
         return Verdict("compensated", f"{answered}; read back: {seen}", etag=current.etag)
+
+    async def read_back(self, step: Step, spec: dict[str, Any]) -> tuple[str, str]:
+        """A pack's read-back (compensators/readback.py): (state, what was seen).
+
+        state: as_before | differs | unreadable | unsupported.
+        """
+        current = await self.read(step, str(spec.get("url") or ""), None)
+        if current.state == UNSUPPORTED:
+            return "unsupported", f"the target cannot be read back ({current.why})"
+        if current.state not in (PRESENT, ABSENT):
+            return "unreadable", current.why
+        if spec.get("gone"):
+            if current.state == ABSENT:
+                return "as_before", f"gone ({current.why})"
+            return "differs", f"it is still there ({current.why})"
+        if current.state == ABSENT:
+            return "differs", f"the target is gone ({current.why})"
+        assert current.response is not None
+        checks = list(spec.get("expect") or [])
+        diffs = readback.differences(checks, parse_json(current.response.body))
+        if diffs:
+            return "differs", f"the target is not as it was before this step: {'; '.join(diffs)}"
+        fields = sorted({".".join(str(k) for k in c.get("path") or []) for c in checks} - {"ok"})
+        return "as_before", f"as before ({', '.join(fields)})" if fields else "as before"
+
+    async def recheck_pack(
+        self, step: Step, comp: CompensationRecord, spec: dict[str, Any], earlier: str
+    ) -> Verdict | Go:
+        """A pack compensation that went out before: its read-back decides, never blind."""
+        state, seen = await self.read_back(step, spec)
+        if state == "as_before":
+            return Verdict("compensated", f"{earlier}; read back, {seen}: nothing was sent again")
+        if state == "unsupported":
+            return Verdict("unverified", f"{earlier}; {seen}; it is never sent twice: {RESOLVE}")
+        if state == "unreadable":
+            return Verdict(
+                "failed",
+                f"{earlier}; the target could not be read to tell whether it took effect "
+                f"({seen}); nothing was sent, a later rollback reads it again",
+            )
+        if comp.request is not None and comp.request.repeatable:
+            return Go(note=f"{earlier} and it did not take effect ({seen}): sent again; ")
+        return Verdict(
+            "failed",
+            f"{earlier}; {seen}; it is not safe to send twice, so it was not sent again: {RESOLVE}",
+        )
 
     async def verify_recreated(
         self,

@@ -1,0 +1,93 @@
+"""How a pack's undo is read back: the URL to GET and what its answer must show (pure).
+
+A pack compensation often cannot be compared with a whole snapshot (GitHub's `updated_at`
+changes on every write, a closed issue is not the absence of one, Stripe reads a deleted
+customer back as `{"deleted": true}`). Its builder says instead what a read of the target must
+show, field by field, and stores that with the compensation as `readback`:
+
+    {"url": "https://api.github.com/repos/o/r/issues/7",
+     "expect": [{"path": ["state"], "equals": "closed"}]}
+    {"url": "https://api.github.com/repos/o/r/labels/bug", "gone": true}
+
+A path is a list of keys and list indexes, `"*"` for every item of a list (or value of an
+object). `equals`: the value at `path` (missing reads as null; with `"*"` the values, compared
+as a set); `excludes`: none of the values at `path` is one of these. Rollback's judge GETs the
+URL with the agent's credentials and calls `differences`; only an empty answer is `compensated`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Path = list[str | int]
+
+
+def expect(path: Path, value: Any) -> dict[str, Any]:
+    """The value at `path` must be `value`."""
+    return {"path": path, "equals": value}
+
+
+def excludes(path: Path, values: list[Any]) -> dict[str, Any]:
+    """No value at `path` may be one of `values`."""
+    return {"path": path, "excludes": values}
+
+
+def readback(url: str, *checks: dict[str, Any]) -> dict[str, Any]:
+    """A read-back of `url` that must pass every check."""
+    return {"url": url, "expect": list(checks)}
+
+
+def gone(url: str) -> dict[str, Any]:
+    """A read-back of `url` that must answer 404 or 410."""
+    return {"url": url, "gone": True}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _as_set(values: list[Any]) -> list[str]:
+    return sorted(json.dumps(v, sort_keys=True) for v in values)
+
+
+def find(doc: Any, path: Path) -> list[Any]:
+    """Every value at `path` in `doc` (none when a key or index is missing)."""
+    current = [doc]
+    for key in path:
+        nxt: list[Any] = []
+        for value in current:
+            if key == "*":
+                if isinstance(value, list):
+                    nxt.extend(value)
+                elif isinstance(value, dict):
+                    nxt.extend(value.values())
+            elif isinstance(key, int) and isinstance(value, list):
+                if -len(value) <= key < len(value):
+                    nxt.append(value[key])
+            elif isinstance(value, dict) and str(key) in value:
+                nxt.append(value[str(key)])
+        current = nxt
+    return current
+
+
+def differences(checks: list[dict[str, Any]], body: Any) -> list[str]:
+    """The checks a read's JSON body fails, naming fields, never values ([] when all pass)."""
+    out: list[str] = []
+    for check in checks:
+        path = list(check.get("path") or [])
+        found = find(body, path)
+        field = ".".join(str(k) for k in path)
+        if "equals" in check:
+            wanted = check["equals"]
+            if "*" in path:
+                ok = _as_set(found) == _as_set(list(wanted or []))
+            else:
+                ok = _same(found[0] if found else None, wanted)
+            if not ok:
+                out.append(f"{field or 'the body'} is not as before")
+        if "excludes" in check:
+            banned = _as_set(list(check["excludes"]))
+            if any(json.dumps(v, sort_keys=True) in banned for v in found):
+                out.append(f"{field} still has what the step added")
+    return out
