@@ -69,6 +69,8 @@ def step_json(step: Step) -> dict[str, Any]:
         "url": redact.url(step.url),
         "kind": "mutation" if step.is_mutation else "read",
         "intent": step.intent,
+        # What the rule's `record:` kept: model and usage, operation, tool, recipients.
+        "meta": redact.json_value(step.meta) if step.meta else None,
         "mutation": step.is_mutation,
         "rule": step.rule,
         "risk": step.risk,

@@ -18,7 +18,7 @@ from undoproxy import redact
 from undoproxy.errors import JournalError
 from undoproxy.proxy import answers
 from undoproxy.proxy.state import FlowState, state_of
-from undoproxy.proxy.steps import new_step, response_fields
+from undoproxy.proxy.steps import irreversible_reason, new_step, record_meta, response_fields
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step
 
@@ -45,11 +45,16 @@ class JournalAddon:
         try:
             if state.step is None:
                 step = new_step(flow, state, self.journal, "pending")
+                self._say_irreversible(state, step.meta)
                 for name, value in state.pending_fields.items():
                     setattr(step, name, value)
                 await self.journal.write_ahead(step)
             else:  # written earlier (held, then approved): now it is about to be sent
-                await self.journal.update_now(state.step, status="pending", **state.pending_fields)
+                meta = record_meta(flow, state, with_response=False)
+                self._say_irreversible(state, meta)
+                await self.journal.update_now(
+                    state.step, status="pending", meta=meta, **state.pending_fields
+                )
         except JournalError as exc:
             log.error(
                 "not forwarding %s %s: %s",
@@ -59,6 +64,14 @@ class JournalAddon:
             )
             state.answered = True
             flow.response = answers.journal_unavailable(str(exc))
+
+    @staticmethod
+    def _say_irreversible(state: FlowState, meta: dict[str, object] | None) -> None:
+        """A `compensate: none` rule's reason, with what it recorded, becomes the step's reason."""
+        comp = state.pending_fields.get("compensation")
+        reason = irreversible_reason(state.rule, meta)
+        if reason and isinstance(comp, dict) and comp.get("reason"):
+            comp["reason"] = reason  # in place: the response's completion keeps this record
 
     def _answered_step(self, flow: http.HTTPFlow, state: FlowState) -> Step:
         step = new_step(flow, state, self.journal, "denied")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
+from typing import Any
 
 from mitmproxy import http
 
 from undoproxy import redact
 from undoproxy.proxy.state import FlowState
+from undoproxy.proxy.streaming import StreamTail
+from undoproxy.rules.record import request_fields
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step, new_id
 
@@ -43,9 +47,64 @@ def new_step(flow: http.HTTPFlow, state: FlowState, journal: Journal, status: st
         request_body_len=len(body),
         request_body_sha256=hashlib.sha256(body).hexdigest() if body else None,
         intent=state.intent,
+        meta=record_meta(flow, state, with_response=False),
     )
     state.step = step
     return step
+
+
+def record_meta(
+    flow: http.HTTPFlow, state: FlowState, *, with_response: bool
+) -> dict[str, Any] | None:
+    """What the matched rule's `record:` finds in the request (and the response), or None."""
+    record = getattr(state.rule, "record", None)
+    if record is None:
+        return None
+    request = flow.request
+    body = request_fields(
+        request.get_content(strict=False) or b"", request.headers.get("content-type")
+    )
+    response = flow.response if with_response else None
+    docs: list[Any] = []
+    headers: dict[str, str] = {}
+    if response is not None:
+        headers = dict(response.headers.items())
+        if isinstance(response.stream, StreamTail):
+            docs = response.stream.events()
+        elif not response.stream:
+            try:
+                docs = [json.loads(response.get_content(strict=False) or b"")]
+            except (ValueError, RecursionError):
+                docs = []
+    meta = record.evaluate(
+        captures=state.captures,
+        request_body=body,
+        response_docs=docs,
+        response_headers=headers,
+        request_only=response is None,
+    )
+    return meta or None
+
+
+def irreversible_reason(rule: Any, meta: dict[str, Any] | None) -> str | None:
+    """A `compensate: none` rule's `reason:`, followed by what it recorded (e.g. recipients)."""
+    if rule is None or rule.compensate != "none" or not rule.reason:
+        return None
+    said = [f"{name}: {_shown(value)}" for name, value in (meta or {}).items() if _shown(value)]
+    return f"{rule.reason} ({'; '.join(said)})" if said else rule.reason
+
+
+def _shown(value: Any) -> str:
+    """A recorded value as a reason shows it: text, or a list of texts; objects are left out."""
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return (
+            json.dumps(value, ensure_ascii=False)
+            if isinstance(value, str) and " " in value
+            else str(value)
+        )
+    return ""
 
 
 def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
@@ -62,4 +121,5 @@ def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
         "response_body_len": None if body is None else len(body),
         "duration_ms": round((time.monotonic() - state.started) * 1000, 3),
         "error": "response streamed to the agent; body not journaled" if streamed else None,
+        "meta": record_meta(flow, state, with_response=True),
     }

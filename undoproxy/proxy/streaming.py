@@ -2,16 +2,66 @@
 
 Mutations are never streamed upstream: a streamed request body reaches the upstream before the
 `request` hook runs, i.e. before a hold, a snapshot or the write-ahead journal entry. Responses
-that are server-sent events (LLM APIs) or large are streamed to the agent as they arrive.
+that are server-sent events (LLM APIs), NDJSON streams (Ollama) or large are streamed to the
+agent as they arrive. When the matched rule records something from the response (`record:`),
+the stream passes through a `StreamTail` that keeps its first and last bytes (bounded), so the
+final event's usage can be recorded once the stream ends.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from typing import Any
+
 from mitmproxy import http
 
 from undoproxy.methods import is_mutation
+from undoproxy.proxy.state import state_of
+from undoproxy.rules.record import stream_events
 
 STREAM_RESPONSE_OVER = 1024 * 1024  # bytes; bigger responses are not buffered
+STREAMED_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
+KEEP_BYTES = 64 * 1024  # of a stream's head and of its tail, for `record:`
+
+
+class StreamTail:
+    """A mitmproxy stream function: passes every chunk on unchanged, keeps head and tail.
+
+    Memory stays bounded whatever the stream's length: at most KEEP_BYTES of its beginning
+    and KEEP_BYTES (plus one chunk) of its end.
+    """
+
+    def __init__(self, keep: int = KEEP_BYTES) -> None:
+        self.keep = keep
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_size = 0
+        self.trimmed = False  # the tail lost its beginning: its first line may be cut
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if len(self.head) < self.keep:
+            room = self.keep - len(self.head)
+            self.head += chunk[:room]
+            rest = chunk[room:]
+        else:
+            rest = chunk
+        if rest:
+            self.tail.append(rest)
+            self.tail_size += len(rest)
+            while self.tail_size - len(self.tail[0]) >= self.keep:
+                self.tail_size -= len(self.tail.popleft())
+                self.trimmed = True
+        return chunk
+
+    def events(self) -> list[Any]:
+        """The JSON events of the kept head and tail, in stream order."""
+        tail = b"".join(self.tail)
+        if not self.trimmed:
+            return stream_events(bytes(self.head) + tail)
+        # The head may end, and the tail begin, inside an event: each is read on its own,
+        # the tail from its first complete line.
+        cut = tail.find(b"\n")
+        return stream_events(bytes(self.head)) + stream_events(tail[cut + 1 :] if cut >= 0 else b"")
 
 
 class Streaming:
@@ -27,9 +77,11 @@ class Streaming:
         response = flow.response
         if response is None:
             return
-        content_type = response.headers.get("content-type", "")
-        if content_type.startswith("text/event-stream"):
-            response.stream = True
+        content_type = response.headers.get("content-type", "").lower()
+        if content_type.startswith(STREAMED_TYPES):
+            state = state_of(flow)
+            record = getattr(state.rule, "record", None) if state is not None else None
+            response.stream = StreamTail() if record is not None else True
             return
         length = response.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > STREAM_RESPONSE_OVER:
