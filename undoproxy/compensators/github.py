@@ -82,7 +82,10 @@ def restore_fields(facts: Facts) -> dict[str, Any]:
     if not fields:
         raise NothingToUndo("the PATCH sent no fields, so it changed nothing")
     body, checks = {}, []
-    for name in fields:
+    names = list(fields)
+    if "state" in names and "state_reason" in before and "state_reason" not in names:
+        names.append("state_reason")  # GitHub sets it with every change of state
+    for name in names:
         path, view = FIELD_VIEWS.get(name, ([name], lambda v: v))
         body[name] = view(before.get(name))
         checks.append(expect(path, body[name]))
