@@ -1,0 +1,250 @@
+"""The graphql, mcp, search and email packs through a real `undoproxy run`.
+
+Real HTTP clients (requests; SendGrid's own SDK for email) call a fake of each protocol
+(tests/support/protocols.py). `defaults.mutations: hold` holds every unmatched POST, so a
+request that comes straight back was recognised by its pack.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sendgrid
+from sendgrid.helpers.mail import Mail
+
+from tests.support import protocols
+from tests.support.certs import self_signed, server_context
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
+    ctx = server_context(self_signed(tmp_path_factory.mktemp("protocols-cert")))
+    server = ThreadedServer(protocols.create_app(), ctx).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory, fake: ThreadedServer) -> Iterator[Undoproxy]:
+    config = {
+        "defaults": {"mutations": "hold"},
+        "approvals": {"timeout": "60s"},
+        "packs": [
+            "graphql",
+            "mcp",
+            "search",
+            {"name": "email", "hosts": [f"127.0.0.1:{fake.port}"]},
+        ],
+    }
+    instance = Undoproxy(tmp_path_factory.mktemp("undoproxy-protocols"), config).start()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def session() -> str:
+    return f"proto-{uuid.uuid4().hex[:10]}"
+
+
+def _steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
+    r = proxy.api("GET", f"/api/sessions/{session}")
+    r.raise_for_status()
+    return list(r.json()["steps"])
+
+
+def _rollback(proxy: Undoproxy, session: str) -> dict[str, Any]:
+    return dict(proxy.api("POST", f"/api/sessions/{session}/rollback").json())
+
+
+FRAGMENT_FIRST = """
+# the agent's saved query
+fragment who on User { login name(format: "{not a brace}") }
+query Viewer { viewer { ...who } }
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "operation"),
+    [
+        ({"query": FRAGMENT_FIRST}, "Viewer"),
+        ({"query": "{ viewer { login } }"}, None),
+        ({"query": "subscription OnIssue { issue { id } }"}, "OnIssue"),
+        ({"query": "query A { a } mutation B { b }", "operationName": "A"}, "A"),
+    ],
+    ids=["comment-and-fragment-first", "shorthand", "subscription", "operation-name"],
+)
+def test_graphql_queries_are_reads(
+    proxy: Undoproxy, fake: ThreadedServer, session: str, body: dict[str, Any], operation: str
+) -> None:
+    with proxy.agent(session) as s:
+        r = s.post(f"{fake.base_url}/graphql", json=body, timeout=30)
+    assert r.status_code == 200
+    [step] = _steps(proxy, session)
+    assert (step["kind"], step["rule"], step["status"]) == ("read", "graphql/query", "succeeded")
+    assert step["meta"].get("operation") == operation
+    assert _rollback(proxy, session)["steps"] == []
+
+
+def test_a_graphql_mutation_is_an_irreversible_mutation(
+    proxy: Undoproxy, fake: ThreadedServer, session: str
+) -> None:
+    query = "# create it\nmutation CreateIssue($t: String!) { createIssue(title: $t) { id } }"
+    with proxy.agent(session) as s:
+        r = s.post(f"{fake.base_url}/api/graphql", json={"query": query}, timeout=30)
+    assert r.json() == {"data": {"ran": "anonymous"}}
+    [step] = _steps(proxy, session)
+    assert (step["kind"], step["rule"], step["status"]) == (
+        "mutation",
+        "graphql/mutation",
+        "succeeded",
+    )
+    assert step["meta"] == {"operation": "CreateIssue", "operation_type": "mutation"}
+    report = _rollback(proxy, session)
+    [entry] = report["steps"]
+    assert entry["status"] == "irreversible"
+    assert "GraphQL mutation has no generic inverse" in entry["detail"]
+    assert "CreateIssue" in entry["detail"]
+
+
+def _rpc(method: str, params: dict[str, Any] | None = None, *, notify: bool = False) -> Any:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        body["params"] = params
+    if not notify:
+        body["id"] = 1
+    return body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _rpc("initialize", {"protocolVersion": "2025-03-26", "capabilities": {}}),
+        _rpc("notifications/initialized", notify=True),
+        _rpc("tools/list"),
+        _rpc("resources/read", {"uri": "file:///a"}),
+        _rpc("prompts/get", {"name": "p"}),
+        _rpc("ping"),
+    ],
+    ids=lambda b: b["method"],
+)
+def test_mcp_listing_and_reading_are_reads(
+    proxy: Undoproxy, fake: ThreadedServer, session: str, body: dict[str, Any]
+) -> None:
+    with proxy.agent(session) as s:
+        r = s.post(f"{fake.base_url}/mcp", json=body, timeout=30)
+    assert r.status_code in (200, 202)
+    [step] = _steps(proxy, session)
+    assert step["kind"] == "read"
+    assert step["rule"] in ("mcp/read", "mcp/notification")
+    assert step["meta"] == {"method": body["method"]}
+
+
+def test_an_mcp_tool_call_is_an_irreversible_mutation_naming_the_tool(
+    proxy: Undoproxy, fake: ThreadedServer, session: str
+) -> None:
+    call = _rpc("tools/call", {"name": "delete_file", "arguments": {"path": "/tmp/x"}})
+    with proxy.agent(session) as s:
+        r = s.post(f"{fake.base_url}/mcp", json=call, timeout=30)
+    assert r.json()["result"]["isError"] is False
+    [step] = _steps(proxy, session)
+    assert (step["kind"], step["rule"]) == ("mutation", "mcp/tool-call")
+    assert step["meta"] == {"method": "tools/call", "tool": "delete_file"}
+    [entry] = _rollback(proxy, session)["steps"]
+    assert entry["status"] == "irreversible"
+    assert "tool: delete_file" in entry["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "rule"),
+    [
+        ("/logs-2026/_search", "search/search"),
+        ("/_msearch", "search/msearch"),
+        ("/logs/_count", "search/count"),
+        ("/logs/_mget", "search/mget"),
+        ("/logs/_field_caps", "search/field-caps"),
+        ("/logs/_validate/query", "search/validate-query"),
+    ],
+)
+def test_search_posts_are_reads(
+    proxy: Undoproxy, fake: ThreadedServer, session: str, path: str, rule: str
+) -> None:
+    with proxy.agent(session) as s:
+        r = s.post(f"{fake.base_url}{path}", json={"query": {"match_all": {}}}, timeout=30)
+    assert r.status_code == 200
+    [step] = _steps(proxy, session)
+    assert (step["kind"], step["rule"]) == ("read", rule)
+
+
+def _send_email(proxy: Undoproxy, fake: ThreadedServer, session: str, out: dict[str, Any]) -> None:
+    client = sendgrid.SendGridAPIClient(api_key="SG.test", host=fake.base_url)
+    message = Mail(
+        from_email="agent@example.com",
+        to_emails=["ana@example.com", "bo@example.com"],
+        subject="Quarterly numbers",
+        plain_text_content="see attached",
+    )
+    try:
+        out["status"] = client.send(message).status_code
+    except Exception as exc:  # python-http-client raises HTTPError subclasses with .status_code
+        out["status"] = getattr(exc, "status_code", repr(exc))
+
+
+def _held_email(
+    proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Thread, dict[str, Any], dict[str, Any]]:
+    # SendGrid's client is urllib underneath: it reads the proxy and CA from the environment.
+    monkeypatch.setenv("HTTPS_PROXY", proxy.proxy_url(session))
+    monkeypatch.setenv("SSL_CERT_FILE", proxy.ca_bundle)
+    for name in ("NO_PROXY", "no_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    out: dict[str, Any] = {}
+    agent = threading.Thread(target=_send_email, args=(proxy, fake, session, out), daemon=True)
+    agent.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        held = proxy.api("GET", f"/api/approvals?state=pending&session={session}").json()
+        if held["approvals"]:
+            return agent, out, held["approvals"][0]
+        time.sleep(0.05)
+    raise AssertionError("the email was not held")
+
+
+def test_an_email_is_held_then_irreversible_naming_recipients_and_subject(
+    proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, out, approval = _held_email(proxy, fake, session, monkeypatch)
+    assert approval["rule"] == "email/sendgrid"
+    proxy.api("POST", f"/api/approvals/{approval['id']}/approve", json={})
+    agent.join(30)
+    assert out == {"status": 202}
+    [step] = _steps(proxy, session)
+    assert (step["kind"], step["risk"], step["status"]) == ("mutation", "high", "succeeded")
+    assert step["meta"] == {
+        "to": ["ana@example.com", "bo@example.com"],
+        "subject": "Quarterly numbers",
+    }
+    report = _rollback(proxy, session)
+    [entry] = report["steps"]
+    assert entry["status"] == "irreversible"
+    assert "an email cannot be unsent" in entry["detail"]
+    assert "ana@example.com, bo@example.com" in entry["detail"]
+    assert '"Quarterly numbers"' in entry["detail"]
+    assert "usage" not in entry["detail"]
+
+
+def test_a_denied_email_is_never_sent(
+    proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = len(fake.app[protocols.RECEIVED])
+    agent, out, approval = _held_email(proxy, fake, session, monkeypatch)
+    proxy.api("POST", f"/api/approvals/{approval['id']}/deny", json={"reason": "no"})
+    agent.join(30)
+    assert out == {"status": 403}
+    assert len(fake.app[protocols.RECEIVED]) == before
