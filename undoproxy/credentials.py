@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from undoproxy import redact
 from undoproxy.compensators.model import origin
 from undoproxy.errors import UndoproxyError
 
@@ -47,21 +51,117 @@ class CredentialBox:
             write_private(path, Fernet.generate_key())
         return cls(path.read_bytes().strip())
 
-    def seal(self, headers: dict[str, str]) -> bytes | None:
-        """Encrypted headers, or None when there is nothing to keep."""
-        if not headers:
+    def seal(self, headers: dict[str, str], urls: Iterable[str] = ()) -> bytes | None:
+        """Encrypted credential headers and the full form of every URL in `urls` that the
+        journal keeps redacted; None when there is nothing to keep."""
+        secrets = url_secrets(urls)
+        if not headers and not secrets:
             return None
-        return self._fernet.encrypt(json.dumps(headers).encode())
+        payload = {"v": 2, "headers": headers, "urls": secrets}
+        return self._fernet.encrypt(json.dumps(payload).encode())
 
-    def open(self, sealed: bytes | None) -> dict[str, str]:
-        """The headers sealed earlier; an empty dict when none were kept or the key changed."""
+    def open(self, sealed: bytes | None) -> Credentials:
+        """What was sealed; empty when nothing was kept or the key changed."""
         if not sealed:
-            return {}
+            return Credentials()
         try:
             value = json.loads(self._fernet.decrypt(sealed))
         except InvalidToken:
-            return {}
-        return {str(k): str(v) for k, v in value.items()}
+            return Credentials()
+        if isinstance(value, dict) and value.get("v") == 2:
+            return Credentials(value.get("headers") or {}, value.get("urls") or {})
+        return Credentials(value)  # sealed by an older undoproxy: headers only
+
+
+class Credentials(dict[str, str]):
+    """The agent's credential headers of one step (a dict of them), and what the journal's
+    redacted URLs of that step stand for (`unredact`)."""
+
+    def __init__(
+        self, headers: Mapping[str, str] | None = None, urls: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__({str(k): str(v) for k, v in (headers or {}).items()})
+        self.urls = {str(k): str(v) for k, v in (urls or {}).items()}
+
+    def unredact(self, url: str) -> str:
+        """`url` with the secret query values the journal hid put back.
+
+        An exact match first; else a URL of the same origin and path (the journal's URL with
+        a version pin dropped, say) gets each hidden value back by parameter name.
+        """
+        if url in self.urls:
+            return self.urls[url]
+        if redact.REDACTED_IN_URL not in url:
+            return url
+        base, _, query = url.partition("?")
+        for hidden, full in self.urls.items():
+            if hidden.partition("?")[0] != base:
+                continue
+            values = dict(_pairs(full.partition("?")[2]))
+            pieces = []
+            for piece in query.split("&"):
+                name, eq, value = piece.partition("=")
+                if eq and value == redact.REDACTED_IN_URL and name in values:
+                    piece = f"{name}={values[name]}"
+                pieces.append(piece)
+            return f"{base}?{'&'.join(pieces)}"
+        return url
+
+
+# Secret-named query parameters that belong to one URL, not to the agent: a signature, a
+# one-time OAuth code. Every other secret-named parameter (api_key, access_token, key, ...)
+# authenticates the agent and goes with it to the same origin, like its Authorization header.
+_NOT_CREDENTIALS = frozenset({"sig", "signature", "code", "state", "nonce", "expires"})
+
+
+def with_query_credentials(url: str, step_url: str, credentials: Credentials) -> str:
+    """`url` with the agent's query-string credentials (`?api_key=`) of the step's own
+    request added where missing, when `url` is on the step's origin; as is otherwise."""
+    if origin(url) != origin(step_url):
+        return url
+    full = credentials.unredact(step_url)
+    wanted = [
+        (name, value)
+        for name, value in _pairs(full.partition("?")[2])
+        if redact.is_secret_name(unquote(name))
+        and unquote(name).lower() not in _NOT_CREDENTIALS
+        and not unquote(name).lower().startswith(("x-amz-", "x-goog-"))
+        and value != redact.REDACTED_IN_URL
+    ]
+    if not wanted:
+        return url
+    base, _, query = url.partition("?")
+    present = {name for name, _ in _pairs(query)}
+    extra = [f"{n}={v}" for n, v in wanted if n not in present]
+    if not extra:
+        return url
+    return f"{base}?{'&'.join([query, *extra] if query else extra)}"
+
+
+def _pairs(query: str) -> list[tuple[str, str]]:
+    """Raw (still encoded) name=value pairs of a query string."""
+    return [(n, v) for n, _, v in (p.partition("=") for p in query.split("&")) if n]
+
+
+def urls_in(value: Any) -> set[str]:
+    """Every absolute http(s) URL among the strings of a JSON-like value."""
+    if isinstance(value, str):
+        return {value} if value.startswith(("http://", "https://")) else set()
+    if isinstance(value, dict):
+        return set().union(*(urls_in(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(urls_in(v) for v in value)) if value else set()
+    return set()
+
+
+def url_secrets(urls: Iterable[str]) -> dict[str, str]:
+    """redacted URL -> full URL, for each URL that redaction changes."""
+    out: dict[str, str] = {}
+    for url in urls:
+        hidden = redact.url(url)
+        if hidden != url:
+            out[hidden] = url
+    return out
 
 
 # Headers that make a request a signed one: the signature covers this request's method, path,

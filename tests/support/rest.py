@@ -33,6 +33,7 @@ class RestState:
     etags: bool = True
     put_creates: bool = True
     token: str | None = None
+    query_key: str | None = None  # when set, every request needs ?api_key=<it>
     log: list[tuple[str, str]] = field(default_factory=list)  # (method, path) received
     gate: asyncio.Event | None = None  # when set: compensating writes wait for it
     fail_writes: int = 0  # answer this many writes 503 (Retry-After: 0) before serving them
@@ -64,6 +65,8 @@ async def controls(request: web.Request, handler: Any) -> web.StreamResponse:
     state.log.append((request.method, request.path))
     if state.token and request.headers.get("Authorization") != f"Bearer {state.token}":
         return web.json_response({"error": "unauthorized"}, status=401)
+    if state.query_key and request.query.get("api_key") != state.query_key:
+        return web.json_response({"error": "missing or wrong api_key"}, status=401)
     if (
         request.method != "GET"
         and state.gate is not None

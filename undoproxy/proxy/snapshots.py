@@ -28,7 +28,7 @@ from undoproxy.compensators.model import (
     parse_json,
     representation_headers,
 )
-from undoproxy.credentials import CredentialBox, credentials_for
+from undoproxy.credentials import CredentialBox, credentials_for, urls_in
 from undoproxy.proxy import answers
 from undoproxy.proxy.planning import plan_of
 from undoproxy.proxy.state import FlowState, state_of
@@ -143,13 +143,21 @@ class Snapshots:
         if state.rule is not None and state.rule.credentials == "forward":
             comp["credentials"] = "forward"  # the rule sends the agent's credentials anywhere
         state.plan = (plan, facts)
+        snapshot_json = snapshot.to_json() if snapshot else None
         state.pending_fields = {
-            "snapshot": snapshot.to_json() if snapshot else None,
+            "snapshot": snapshot_json,
             "compensation": comp,
             "credentials": None
             if plan.irreversible
-            else self.box.seal(redact.credential_headers(flow.request.headers.items(multi=True))),
+            else self._seal(flow, state, comp, snapshot_json),
         }
+
+    def _seal(self, flow: http.HTTPFlow, state: FlowState, *records: Any) -> bytes | None:
+        """The agent's credentials and the full form of the step's URLs, encrypted."""
+        urls = {flow.request.url, *urls_in(list(records))}
+        state.sealed_urls = frozenset(urls)
+        headers = redact.credential_headers(flow.request.headers.items(multi=True))
+        return self.box.seal(headers, urls)
 
     def _block(self, flow: http.HTTPFlow, state: FlowState, url: str, detail: str) -> None:
         log.warning(
@@ -188,6 +196,11 @@ class Snapshots:
         )
         comp = complete(plan, state.pending_fields["compensation"], facts)
         state.outcome_fields["compensation"] = comp
+        if comp.get("ready") and not state.sealed_urls.issuperset(urls_in(comp)):
+            # The response named URLs the write-ahead seal does not know (a Location with a
+            # signed query, say): seal again, since the journal keeps them redacted.
+            snapshot_json = state.pending_fields.get("snapshot")
+            state.outcome_fields["credentials"] = self._seal(flow, state, comp, snapshot_json)
         if comp.get("needs_after_read") and comp.get("snapshot_url") and state.step:
             task = asyncio.get_running_loop().create_task(
                 self._after_read(flow, state, comp), name="after-read"

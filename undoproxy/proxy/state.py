@@ -26,6 +26,7 @@ class FlowState:
     hold_source: str | None = None  # what decided a hold/deny: a rule, or a config key
     hold_reason: str | None = None  # why it is held, when not the rule itself
     intent: str | None = None  # X-Undoproxy-Intent, stripped before forwarding
+    sealed_urls: frozenset[str] = frozenset()  # URLs whose full form the credentials keep
     step: Step | None = None
     answered: bool = False  # undoproxy answered the agent itself (403, 407, 503, 502)
     journaled: bool = True  # False for a 407: no session, nothing to attribute

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from undoproxy.compensators.model import parse_json
 from undoproxy.compensators.record import InverseRequest
-from undoproxy.credentials import credentials_for
+from undoproxy.credentials import Credentials, credentials_for, with_query_credentials
 
 # Query parameters that make a write conditional on one version of the resource; --force and
 # every read aim at the resource itself (CouchDB `?rev=`, Elasticsearch `?if_seq_no=`).
@@ -95,10 +95,19 @@ def check_headers(headers: Mapping[str, str]) -> None:
             raise NotSendable(f"the header {name} contains a line break")
 
 
+def _unredacted(url: str, step_url: str, credentials: Mapping[str, str]) -> str:
+    """The URL as the agent sent it (the journal keeps secret query values redacted), with
+    the agent's query-string credentials where the step's own origin needs them."""
+    if not isinstance(credentials, Credentials):
+        return url
+    return with_query_credentials(credentials.unredact(url), step_url, credentials)
+
+
 def read_request(
     url: str, step_url: str, credentials: dict[str, str], accept: str | None
 ) -> Outgoing:
     """A GET of `url` with the agent's credentials where they belong."""
+    url = _unredacted(url, step_url, credentials)
     check_url(url)
     headers = credentials_for(url, step_url, credentials)
     if accept:
@@ -115,6 +124,10 @@ def compensation_request(
     if not _TOKEN.match(method):
         raise NotSendable(f"the method {method!r} is not valid")
     url = record.url
+    if not record.forward_credentials:
+        url = _unredacted(url, step_url, credentials)
+    elif isinstance(credentials, Credentials):
+        url = credentials.unredact(url)
     if force:
         url = resource_url(url)
     check_url(url)

@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from undoproxy import redact
+
 SESSION_STATES = ("open", "committed", "rolling_back", "rolled_back", "rollback_incomplete")
 STEP_STATUSES = (
     "held",
@@ -94,10 +96,10 @@ class Step:
     resolved_reason: str | None = None
 
     def to_row(self) -> dict[str, Any]:
-        """Column name -> SQL value."""
+        """Column name -> SQL value (URLs redacted: see `at_rest`)."""
         row: dict[str, Any] = {}
         for name in STEP_COLUMNS:
-            value = getattr(self, name)
+            value = at_rest(name, getattr(self, name))
             if name in _JSON_COLUMNS and value is not None:
                 value = json.dumps(value)
             elif name == "is_mutation":
@@ -125,5 +127,29 @@ def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
     for k, v in values.items():
         if k not in STEP_COLUMNS:
             raise KeyError(f"not a step column: {k}")
+        v = at_rest(k, v)
         out[k] = json.dumps(v) if k in _JSON_COLUMNS and v is not None else v
     return out
+
+
+# Columns whose URLs the journal keeps redacted: a secret query parameter (?api_key=) is never
+# in the database in clear. What a compensation needs is sealed in `credentials` instead
+# (CredentialBox.seal(..., urls=...)) and put back when rollback sends (Credentials.unredact).
+_URL_COLUMNS = frozenset({"url", "snapshot", "compensation"})
+
+
+def at_rest(column: str, value: Any) -> Any:
+    """`value` as the journal stores it in `column`: every URL in it redacted."""
+    if column not in _URL_COLUMNS or value is None:
+        return value
+    return _redact_urls(value)
+
+
+def _redact_urls(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact.url(value) if value.startswith(("http://", "https://")) else value
+    if isinstance(value, dict):
+        return {k: _redact_urls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_urls(v) for v in value]
+    return value
