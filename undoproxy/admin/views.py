@@ -68,7 +68,7 @@ def step_json(step: Step) -> dict[str, Any]:
         "method": step.method,
         "url": redact.url(step.url),
         "kind": "mutation" if step.is_mutation else "read",
-        "intent": step.intent,
+        "intent": redact.text(step.intent) if step.intent else None,
         # What the rule's `record:` kept: model and usage, operation, tool, recipients.
         "meta": redact.json_value(step.meta) if step.meta else None,
         "mutation": step.is_mutation,
