@@ -213,3 +213,23 @@ async def test_a_dropped_chain_is_not_mistaken_for_an_old_journal(tmp_path: Path
         db.execute("DROP TABLE chain")
     with pytest.raises(chain.NoChain, match="dropped"):
         chain.verify(path)
+
+
+@pytest.mark.asyncio
+async def test_a_row_replaced_through_the_writer_gets_its_next_version(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(path)
+    try:
+        journal.add_session(Session(id="s1"))
+        step = a_step(journal, "s1")
+        await journal.write_ahead(step)
+        step.status = "succeeded"
+        columns = ", ".join(step.to_row())
+        marks = ", ".join(f":{c}" for c in step.to_row())
+        await journal.writer.write(
+            f"INSERT OR REPLACE INTO steps ({columns}) VALUES ({marks})", step.to_row()
+        )
+    finally:
+        await journal.close()
+    assert chain_of(path)[1:] == [("steps", step.id, 1), ("steps", step.id, 2)]
+    assert chain.verify(path).problems == []

@@ -104,7 +104,12 @@ def install(conn: sqlite3.Connection) -> None:
     conn.create_function(FUNCTION, -1, chain_hash, deterministic=True)
     for table, names in columns.items():
         new = ", ".join(f"NEW.{n}" for n in names)
-        for event, version in (("INSERT", "1"), ("UPDATE", _next_version(table))):
+        # An insert is version 1, unless the id was there before (INSERT OR REPLACE).
+        version = (
+            f"coalesce((SELECT max(version) FROM chain WHERE tbl='{table}' AND row_id=NEW.id), 0)"
+            " + 1"
+        )
+        for event in ("INSERT", "UPDATE"):
             conn.execute(
                 f"CREATE TEMP TRIGGER IF NOT EXISTS chain_{table}_{event.lower()} "
                 f"AFTER {event} ON main.{table} BEGIN "
@@ -112,12 +117,6 @@ def install(conn: sqlite3.Connection) -> None:
                 f"SELECT '{table}', NEW.id, {version}, p, {FUNCTION}(p, '{table}', {new}) "
                 f"FROM (SELECT {_LAST} AS p); END"
             )
-
-
-def _next_version(table: str) -> str:
-    return (
-        f"coalesce((SELECT max(version) FROM chain WHERE tbl='{table}' AND row_id=NEW.id), 0) + 1"
-    )
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
