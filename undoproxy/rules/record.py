@@ -63,7 +63,7 @@ class Record:
         response_headers: Mapping[str, str] | None = None,
         request_only: bool = False,
     ) -> dict[str, Any]:
-        """The values found; `request_only` evaluates only entries that need no response."""
+        """The values found; `request_only` skips the templates that refer to the response."""
         out: dict[str, Any] = {}
         base = TemplateContext(
             captures=captures,
@@ -71,11 +71,11 @@ class Record:
             response_headers=response_headers or {},
         )
         for entry in self.entries:
-            if request_only and entry.needs_response:
-                continue
             value: Any = None
             for template in entry.templates:
                 if template_references_response(template):
+                    if request_only:
+                        continue
                     contexts = [
                         TemplateContext(
                             captures=captures,

@@ -1,0 +1,100 @@
+"""`record:` and `match.graphql` as pure code: GraphQL operations, forms, streams, bounds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from undoproxy.proxy.streaming import KEEP_BYTES, StreamTail
+from undoproxy.rules.graphql import Operation, operation_of
+from undoproxy.rules.record import Record, RecordEntry, request_fields, stream_events
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"query": "{ viewer { login } }"}, Operation("query")),
+        ({"query": "query Q { a }"}, Operation("query", "Q")),
+        ({"query": "mutation M($x: Int) @d { a(x: $x) }"}, Operation("mutation", "M")),
+        ({"query": "subscription { a }"}, Operation("subscription")),
+        (
+            {"query": '# mutation here\nfragment F on T { a(s: "} mutation {") }\nquery { ...F }'},
+            Operation("query"),
+        ),
+        ({"query": '"""block } string"""\nquery Q { a }'}, None),  # descriptions are not executable
+        (
+            {"query": "query A { a } mutation B { b }", "operationName": "B"},
+            Operation("mutation", "B"),
+        ),
+        ({"query": "query A { a } mutation B { b }"}, Operation("mutation", "B")),
+        ({"query": "query A { a }", "operationName": "Missing"}, None),
+        ([{"query": "{ a }"}, {"query": "mutation { b }"}], Operation("mutation")),
+        ({"query": 42}, None),
+        ("not graphql", None),
+    ],
+)
+def test_graphql_operation(body: Any, expected: Operation | None) -> None:
+    assert operation_of(body) == expected
+
+
+def test_forms_are_read_as_fields() -> None:
+    urlencoded = b"to=ana%40example.com&to=bo%40example.com&subject=Hi+there"
+    assert request_fields(urlencoded, "application/x-www-form-urlencoded") == {
+        "to": ["ana@example.com", "bo@example.com"],
+        "subject": "Hi there",
+    }
+    multipart = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="to"\r\n\r\nana@example.com\r\n'
+        b'--XyZ\r\nContent-Disposition: form-data; name="subject"\r\n\r\nHi\r\n'
+        b'--XyZ\r\nContent-Disposition: form-data; name="attachment"; filename="a.txt"\r\n'
+        b"Content-Type: text/plain\r\n\r\nsecret file\r\n--XyZ--\r\n"
+    )
+    assert request_fields(multipart, "multipart/form-data; boundary=XyZ") == {
+        "to": "ana@example.com",
+        "subject": "Hi",
+    }
+    assert request_fields(b'{"a": 1}', None) == {"a": 1}
+    assert request_fields(b"", "application/json") is None
+
+
+def test_stream_events_read_sse_and_ndjson() -> None:
+    sse = b'event: x\ndata: {"a": 1}\n\ndata: [DONE]\n\n: comment\n\ndata: {"b":\ndata: 2}\n\n'
+    assert stream_events(sse) == [{"a": 1}, {"b": 2}]
+    assert stream_events(b'{"a": 1}\n{"done": true}\n') == [{"a": 1}, {"done": True}]
+
+
+def test_later_values_win_and_objects_merge() -> None:
+    record = Record(
+        (
+            RecordEntry("model", ("${request.body.model}", "${response.body.model}")),
+            RecordEntry("usage", ("${response.body.message.usage}", "${response.body.usage}")),
+            RecordEntry("missing", ("${response.body.nothing}",)),
+        )
+    )
+    events = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 25, "output_tokens": 1}}},
+        {"type": "content_block_delta"},
+        {"type": "message_delta", "usage": {"output_tokens": 9}},
+    ]
+    meta = record.evaluate(captures={}, request_body={"model": "m"}, response_docs=events)
+    assert meta == {"model": "m", "usage": {"input_tokens": 25, "output_tokens": 9}}
+    assert record.evaluate(captures={}, request_body={"model": "m"}, request_only=True) == {
+        "model": "m"
+    }
+
+
+def test_a_stream_tail_keeps_bounded_memory_and_the_final_event() -> None:
+    tail = StreamTail()
+    first = b'data: {"type": "start", "model": "m"}\n\n'
+    assert tail(first) == first
+    for i in range(20_000):  # about 1 MB of events passes through
+        chunk = f"data: {json.dumps({'n': i, 'pad': 'x' * 20})}\n\n".encode()
+        assert tail(chunk) == chunk
+    tail(b'data: {"usage": {"total": 3}}\n\ndata: [DONE]\n\n')
+    assert len(tail.head) <= KEEP_BYTES
+    assert tail.tail_size <= 2 * KEEP_BYTES
+    events = tail.events()
+    assert events[0] == {"type": "start", "model": "m"}
+    assert events[-1] == {"usage": {"total": 3}}
