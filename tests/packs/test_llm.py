@@ -184,6 +184,26 @@ def test_anthropic_stream_is_live_and_merges_start_and_final_usage(
     }
 
 
+def test_gemini_stream_records_the_last_usage_metadata(
+    proxy: Undoproxy, fake: ThreadedServer, session: str
+) -> None:
+    gate = uuid.uuid4().hex
+    url = f"{fake.base_url}/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse"
+    with proxy.agent(session, headers={"X-Test-Gate": gate}) as s:
+        r = s.post(url, json={"contents": [{"parts": [{"text": "hi"}]}]}, stream=True, timeout=30)
+        lines = (line for line in r.iter_lines() if line)
+        assert b'"Hello"' in next(lines)
+        _release(fake, gate)
+        rest = list(lines)
+    assert len(rest) == 3
+    [step] = _steps(proxy, session)
+    assert (step["kind"], step["rule"]) == ("read", "llm/gemini-stream")
+    assert step["meta"] == {
+        "model": "gemini-2.0-flash-001",
+        "usage": {"promptTokenCount": 7, "candidatesTokenCount": 4, "totalTokenCount": 11},
+    }
+
+
 def test_ollama_ndjson_stream_is_live_and_records_counts(
     proxy: Undoproxy, fake: ThreadedServer, session: str
 ) -> None:

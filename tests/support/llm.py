@@ -8,6 +8,8 @@
   sequence: message_start (usage.input_tokens), content_block_start, ping,
   content_block_delta..., content_block_stop, message_delta (usage.output_tokens),
   message_stop.
+- `POST /v1beta/models/{model}:generateContent` / `:streamGenerateContent?alt=sse`: Gemini's
+  answer, or its chunks as server-sent events, each with the running `usageMetadata`.
 - `POST /api/chat`: Ollama's NDJSON stream, the last object `done: true` with token counts.
 
 A request with header `X-Test-Gate: NAME` streams its first event, then waits until
@@ -189,6 +191,32 @@ async def ollama_chat(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def gemini(request: web.Request) -> web.StreamResponse:
+    """`POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`."""
+    body = await request.json()
+    request.app[CALLS].append(body)
+    model, _, method = request.match_info["call"].partition(":")
+    usage = {"promptTokenCount": 7, "candidatesTokenCount": len(WORDS), "totalTokenCount": 11}
+
+    def chunk(text: str, counts: dict[str, int]) -> dict[str, Any]:
+        return {
+            "candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}],
+            "usageMetadata": counts,
+            "modelVersion": f"{model}-001",
+        }
+
+    if method == "generateContent":
+        return web.json_response(chunk("".join(WORDS), usage))
+    if method != "streamGenerateContent":
+        raise web.HTTPNotFound()
+    events = [
+        _sse(chunk(w, {**usage, "candidatesTokenCount": i + 1, "totalTokenCount": 8 + i}))
+        for i, w in enumerate(WORDS[:-1])
+    ]
+    events.append(_sse(chunk(WORDS[-1], usage)))
+    return await _stream(request, "text/event-stream", events)
+
+
 async def release(request: web.Request) -> web.Response:
     request.app[GATES].setdefault(request.query["gate"], asyncio.Event()).set()
     return web.json_response({"released": request.query["gate"]})
@@ -203,5 +231,6 @@ def create_app() -> web.Application:
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_post("/v1/messages", messages)
     app.router.add_post("/api/chat", ollama_chat)
+    app.router.add_post("/v1beta/models/{call}", gemini)
     app.router.add_post("/release", release)
     return app
