@@ -287,3 +287,41 @@ def test_held_rows_wait_for_a_person_and_denied_change_nothing(
     assert agent.state.dump() == before
     report = agent.rollback()
     assert _statuses(report) == ["skipped"], report
+
+
+def test_an_undo_github_accepted_but_did_not_apply_is_failed_then_sent_again(
+    agent: Agent,
+) -> None:
+    issue = agent.repo().create_issue("agent's issue")
+    agent.state.ignore_patches = True
+    try:
+        report = agent.rollback()
+    finally:
+        agent.state.ignore_patches = False
+    assert _statuses(report) == ["failed"], report
+    assert "state is not as before" in report["steps"][0]["detail"]
+    assert report["state"] == "rollback_incomplete"
+    # A later rollback reads first: still open, and a PATCH is safe to repeat.
+    report = agent.rollback()
+    assert _statuses(report) == ["compensated"], report
+    assert "sent again" in report["steps"][0]["detail"]
+    assert agent.state.repo(agent.owner, agent.name).issues[issue.number]["state"] == "closed"
+
+
+def test_pygithub_reads_the_fake_directly(
+    github: ThreadedServer, state: GitHubState, upstream_cert: tuple[Path, Path]
+) -> None:
+    """The fake is one PyGithub can parse: the same calls without undoproxy."""
+    state.repo("octo", "direct")
+    client = Github(
+        auth=Auth.Token(TOKEN),
+        base_url=f"https://127.0.0.1:{github.port}{fake_github.PREFIX}",
+        verify=str(upstream_cert[0]),
+        retry=None,
+    )
+    repo = client.get_repo("octo/direct")
+    issue = repo.create_issue("direct", labels=["a"])
+    issue.edit(state="closed")
+    assert repo.get_issue(issue.number).state == "closed"
+    created = repo.create_file("f.txt", "m", "x")
+    assert created["content"].sha == fake_github.blob_sha(b"x")

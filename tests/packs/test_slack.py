@@ -213,3 +213,34 @@ def test_a_deleted_message_is_held_and_denied_changes_nothing(agent: Agent) -> N
         call.result(30)
     assert agent.dump() == before
     assert _statuses(agent.rollback()) == ["skipped"]
+
+
+def test_an_undo_slack_refused_is_failed_never_compensated(agent: Agent) -> None:
+    agent.client.chat_postMessage(channel=agent.channel, text="hi")
+    agent.state.refuse["chat.delete"] = "cant_delete_message"
+    try:
+        report = agent.rollback()
+    finally:
+        agent.state.refuse.clear()
+    assert _statuses(report) == ["failed"], report
+    assert "cant_delete_message" in report["steps"][0]["detail"]
+    report = agent.rollback()  # refused (ok: false) is proof it was not applied: sent again
+    assert _statuses(report) == ["compensated"], report
+    assert agent.state.channels[agent.channel]["messages"] == []
+
+
+def test_slack_sdk_reads_the_fake_directly(
+    fake: ThreadedServer, state: SlackState, upstream_cert: tuple[Path, Path]
+) -> None:
+    """The fake is one slack_sdk can parse: the same calls without undoproxy."""
+    channel = state.channel("CDIRECT")
+    client = WebClient(
+        token=TOKEN,
+        base_url=f"{fake.base_url}/api/",
+        ssl=ssl.create_default_context(cafile=str(upstream_cert[0])),
+    )
+    posted = client.chat_postMessage(channel=channel, text="x")
+    assert client.conversations_history(channel=channel)["messages"][0]["ts"] == posted["ts"]
+    with pytest.raises(SlackApiError) as refused:
+        client.chat_delete(channel=channel, ts="0.0")
+    assert refused.value.response["error"] == "message_not_found"

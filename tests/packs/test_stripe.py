@@ -282,3 +282,20 @@ def test_a_refund_retried_after_a_crash_is_never_made_twice(
     assert len(refunds) == 1
     keys = set(state.refund_requests[sent_before:])
     assert len(keys) == 1 and next(iter(keys), "").startswith("undoproxy-")  # type: ignore[union-attr]
+
+
+def test_the_stripe_sdk_reads_the_fake_directly(
+    fake: ThreadedServer, monkeypatch: pytest.MonkeyPatch, upstream_cert: tuple[Path, Path]
+) -> None:
+    """The fake is one stripe-python can parse: the same calls without undoproxy."""
+    monkeypatch.setattr(stripe, "ca_bundle_path", str(upstream_cert[0]))
+    client = stripe.StripeClient(
+        API_KEY, base_addresses={"api": fake.base_url}, max_network_retries=0
+    )
+    made = client.v1.customers.create(params={"name": "x", "metadata": {"k": "v"}})
+    assert client.v1.customers.retrieve(made.id).metadata["k"] == "v"
+    deleted = client.v1.customers.delete(made.id)
+    assert deleted.deleted is True
+    with pytest.raises(stripe.InvalidRequestError) as missing:
+        client.v1.charges.retrieve("ch_nothing")
+    assert missing.value.code == "resource_missing"

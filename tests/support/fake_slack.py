@@ -36,6 +36,7 @@ class SlackState:
     channels: dict[str, dict[str, Any]] = field(default_factory=dict)
     clock: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
     calls: list[str] = field(default_factory=list)
+    refuse: dict[str, str] = field(default_factory=dict)  # method -> the error it answers
 
     def ts(self) -> str:
         return f"1700000000.{next(self.clock):06d}"
@@ -375,6 +376,8 @@ def create_app(state: SlackState) -> web.Application:
         bearer = request.headers.get("Authorization", "")
         if bearer != f"Bearer {TOKEN}" and args.pop("token", None) != TOKEN:
             return _fail("not_authed")
+        if method in state.refuse:
+            return _fail(state.refuse[method])
         handler = getattr(api, method.replace(".", "_"), None)
         if handler is None:
             return _fail("unknown_method")
