@@ -163,6 +163,10 @@ def test_rules_check_and_explain_name_the_pack_rule(tmp_path: Path) -> None:
     )
     assert explained.returncode == 0, explained.stderr
     assert "Matched: llm/openai-chat" in explained.stdout
+    assert "compensation:  none needed (a read)" in explained.stdout
+    # The packs' rules for other hosts are folded into one line, not listed one by one.
+    assert "Not shown: pack rules for other hosts or methods: llm (" in explained.stdout
+    assert "llm/anthropic-messages" not in explained.stdout
     bad = _config(tmp_path, "packs: [nope]\n")
     failed = _cli("rules", "check", "-c", str(bad), cwd=tmp_path)
     assert failed.returncode == 2 and "config.yaml:1: unknown pack 'nope'" in failed.stderr

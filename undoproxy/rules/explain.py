@@ -48,7 +48,13 @@ def format_explanation(
     lines.append("")
     if verdicts:
         lines.append("Rules, in order (first match wins):")
+        folded: dict[str, int] = {}
         for n, verdict in enumerate(verdicts, 1):
+            pack = _pack_of(verdict.rule)
+            if pack and not verdict.matched and verdict.reasons[0].startswith(("host ", "method ")):
+                # A pack's rules for other hosts or methods say nothing about this request.
+                folded[pack] = folded.get(pack, 0) + 1
+                continue
             lines.append(f"  {n}. {verdict.rule.name}  ({verdict.rule.where})")
             if verdict.matched:
                 lines.append("     MATCH")
@@ -56,6 +62,9 @@ def format_explanation(
                 first, *rest = verdict.reasons or ("did not match",)
                 lines.append(f"     no: {first}")
                 lines.extend(f"         {reason}" for reason in rest)
+        if folded:
+            packs = ", ".join(f"{name} ({n})" for name, n in folded.items())
+            lines.append(f"  Not shown: pack rules for other hosts or methods: {packs}")
         lines.append("")
     else:
         lines.append("No rules are configured.")
@@ -81,6 +90,19 @@ def format_explanation(
     return "\n".join(lines) + "\n"
 
 
+def _is_read(req: RequestView, rule: Rule) -> bool:
+    if rule.kind is not None:
+        return rule.kind == "read"
+    return req.method in READ_METHODS
+
+
+def _pack_of(rule: Rule) -> str | None:
+    """The built-in pack a rule comes from (its file is undoproxy/packs/NAME.yaml), or None."""
+    pack, slash, _ = rule.name.partition("/")
+    path = rule.where.file.replace("\\", "/")
+    return pack if slash and path.endswith(f"/packs/{pack}.yaml") else None
+
+
 def _at_least(risk: str, threshold: str) -> bool:
     return RISKS.index(risk) >= RISKS.index(threshold)
 
@@ -98,6 +120,8 @@ def _matched(req: RequestView, verdict: Verdict, default_compensate: str) -> lis
         f"  action:        {action}",
         f"  risk:          {rule.risk}",
     ]
+    if rule.kind is not None:  # by method otherwise, as the request line shows
+        out.append(f"  kind:          {rule.kind} (the rule says so, whatever the method)")
     if rule.reason:
         out.append(f"  reason:        {rule.reason}")
     if rule.action != "deny":
@@ -139,9 +163,9 @@ def _snapshot(req: RequestView, rule: Rule, ctx: TemplateContext) -> str:
 
 def _compensation(req: RequestView, rule: Rule, ctx: TemplateContext, default: str) -> str:
     comp = rule.compensate
+    if _is_read(req, rule):
+        return "none needed (a read)"
     if comp is None:
-        if req.method in READ_METHODS:
-            return "none needed (a read)"
         return "not given, so " + _DEFAULT_COMPENSATE.get(default, default)
     if isinstance(comp, str):
         described = GENERIC.get(comp) or PACKS.get(comp)
