@@ -165,8 +165,18 @@ def test_rules_check_and_explain_name_the_pack_rule(tmp_path: Path) -> None:
     assert "Matched: llm/openai-chat" in explained.stdout
     assert "compensation:  none needed (a read)" in explained.stdout
     # The packs' rules for other hosts are folded into one line, not listed one by one.
-    assert "Not shown: pack rules for other hosts or methods: llm (" in explained.stdout
-    assert "llm/anthropic-messages" not in explained.stdout
+    other = _cli(
+        "rules",
+        "explain",
+        "-c",
+        str(config),
+        "POST",
+        "https://crm.example.test/contacts",
+        cwd=tmp_path,
+    )
+    assert "Not shown: pack rules for other hosts or methods: llm (19)" in other.stdout
+    assert "llm/anthropic-messages" not in other.stdout
+    assert "mcp/tool-call" in other.stdout  # any host: it says why it does not match
     bad = _config(tmp_path, "packs: [nope]\n")
     failed = _cli("rules", "check", "-c", str(bad), cwd=tmp_path)
     assert failed.returncode == 2 and "config.yaml:1: unknown pack 'nope'" in failed.stderr
