@@ -325,3 +325,18 @@ def test_pygithub_reads_the_fake_directly(
     assert repo.get_issue(issue.number).state == "closed"
     created = repo.create_file("f.txt", "m", "x")
     assert created["content"].sha == fake_github.blob_sha(b"x")
+
+
+def test_fields_someone_changed_since_the_agent_are_a_conflict_not_overwritten(
+    agent: Agent,
+) -> None:
+    number = _seed_issue(agent)
+    agent.repo().get_issue(number).edit(title="the agent's title")
+    issue = agent.state.repo(agent.owner, agent.name).issues[number]
+    issue["title"] = "a person's title"  # changed by someone else after the agent
+    report = agent.rollback()
+    assert _statuses(report) == ["conflict"], report
+    assert issue["title"] == "a person's title"
+    r = agent.up.api("POST", f"/api/sessions/{agent.session}/rollback", json={"force": True})
+    assert [s["status"] for s in r.json()["steps"]] == ["compensated"], r.json()
+    assert issue["title"] == "seed"

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from undoproxy.compensators.model import Facts, Irreversible, NothingToUndo, origin, parse_json
 from undoproxy.compensators.model import inverse_request as request
-from undoproxy.compensators.readback import expect, gone, readback
+from undoproxy.compensators.readback import expect, gone, left_by, readback
 from undoproxy.compensators.responses import at_path, base_before, need, prior, repo_path, sent
 
 UNDO_MESSAGE = "undoproxy: roll back an agent's change"
@@ -91,6 +91,7 @@ def restore_fields(facts: Facts) -> dict[str, Any]:
         checks.append(expect(path, body[name]))
     out = request("PATCH", facts.snapshot.url, body)
     out["readback"] = readback(facts.snapshot.url, *checks)
+    out["readback"]["left"] = left_by(facts.response_json, checks)
     return out
 
 

@@ -11,7 +11,10 @@ show, field by field, and stores that with the compensation as `readback`:
 
 A path is a list of keys and list indexes, `"*"` for every item of a list (or value of an
 object). `equals`: the value at `path` (missing reads as null; with `"*"` the values, compared
-as a set); `excludes`: none of the values at `path` is one of these. Rollback's judge GETs the
+as a set); `excludes`: none of the values at `path` is one of these. A read-back of a
+compensation that overwrites fields also has `left`: the same fields as the agent's step left
+them. Rollback reads them before overwriting: a target that is neither as before nor as left
+was changed by someone else since (a conflict), and is not overwritten. Rollback's judge GETs the
 URL with the agent's credentials and calls `differences`; only an empty answer is `compensated`.
 """
 
@@ -69,6 +72,19 @@ def find(doc: Any, path: Path) -> list[Any]:
                 nxt.append(value[str(key)])
         current = nxt
     return current
+
+
+def value_at(doc: Any, path: Path) -> Any:
+    """The value at `path` as `equals` compares it: a list with `"*"`, else one value or None."""
+    found = find(doc, path)
+    if "*" in path:
+        return found
+    return found[0] if found else None
+
+
+def left_by(response: Any, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same checks, with the values the agent's write left (read from its response)."""
+    return [expect(list(c["path"]), value_at(response, list(c["path"]))) for c in checks]
 
 
 def differences(checks: list[dict[str, Any]], body: Any) -> list[str]:

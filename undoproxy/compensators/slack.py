@@ -13,7 +13,7 @@ from urllib.parse import urlencode, urljoin
 
 from undoproxy.compensators.model import Facts, Irreversible, NothingToUndo
 from undoproxy.compensators.model import inverse_request as request
-from undoproxy.compensators.readback import excludes, expect, readback
+from undoproxy.compensators.readback import excludes, expect, left_by, readback
 from undoproxy.compensators.responses import need, prior, sent
 
 OK = expect(["ok"], True)
@@ -100,6 +100,13 @@ def restore_message(facts: Facts) -> dict[str, Any]:
         checks.append(expect(["messages", 0, "blocks"], before.get("blocks")))
     out = _call(facts, "chat.update", body)
     out["readback"] = readback(_history(facts, channel, ts), *checks)
+    answer = facts.response_json if isinstance(facts.response_json, dict) else {}
+    stored = (
+        answer.get("message", {}).get("text") if isinstance(answer.get("message"), dict) else None
+    )
+    stored = stored if isinstance(stored, str) else answer.get("text")
+    if isinstance(stored, str):  # the text as Slack stored it: a later edit is someone else's
+        out["readback"]["left"] = [expect(["messages", 0, "text"], stored)]
     return out
 
 
@@ -205,6 +212,10 @@ def _restore_channel_text(facts: Facts, field: str, method: str) -> dict[str, An
         _api(facts, "conversations.info", channel=channel),
         OK,
         expect(["channel", field, "value"], text),
+    )
+    # setTopic/setPurpose answer the channel as conversations.info shows it
+    out["readback"]["left"] = left_by(
+        facts.response_json, [expect(["channel", field, "value"], "")]
     )
     return out
 

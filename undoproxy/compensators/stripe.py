@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from undoproxy.compensators.model import Facts, Irreversible, NothingToUndo
 from undoproxy.compensators.model import inverse_request as request
-from undoproxy.compensators.readback import expect, gone, readback
+from undoproxy.compensators.readback import expect, gone, left_by, readback
 from undoproxy.compensators.responses import at_path, need, prior, sent
 
 FORM = "application/x-www-form-urlencoded"
@@ -173,6 +173,7 @@ def restore_fields(facts: Facts) -> dict[str, Any]:
         raise NothingToUndo("the update sent no fields, so it changed nothing")
     out = _form(facts, "restore", "POST", urlsplit(facts.snapshot.url).path, fields)
     out["readback"] = readback(facts.snapshot.url, *checks)
+    out["readback"]["left"] = left_by(facts.response_json, checks)
     return out
 
 

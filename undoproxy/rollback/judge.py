@@ -106,6 +106,8 @@ class Judge:
                 )
         if comp.kind == "delete-created" and comp.inferred and comp.request is not None:
             return await self.confirm_created(step, comp.request)
+        if comp.readback is not None and comp.readback.get("left") and not run.force:
+            return await self.drift_pack(step, comp.readback)
         if run.force or snap is None or not (comp.after or comp.check_absent):
             return Go()
         current = await self.read(step, snap.url, snap)
@@ -237,7 +239,7 @@ class Judge:
     ) -> Verdict:
         """Read the target back: only a read that shows the prior state makes it compensated."""
         if comp.readback is not None:
-            state, seen = await self.read_back(step, comp.readback)
+            state, seen, _ = await self.read_back(step, comp.readback)
             if state == "as_before":
                 return Verdict("compensated", f"{answered}; read back: {seen}", etag=None)
             if state == "unsupported":
@@ -287,35 +289,63 @@ class Judge:
         seen = "gone" if not snap.existed else "matches the snapshot"
         return Verdict("compensated", f"{answered}; read back: {seen}", etag=current.etag)
 
-    async def read_back(self, step: Step, spec: dict[str, Any]) -> tuple[str, str]:
-        """A pack's read-back (compensators/readback.py): (state, what was seen).
+    async def read_back(self, step: Step, spec: dict[str, Any]) -> tuple[str, str, bool]:
+        """A pack's read-back (compensators/readback.py): (state, what was seen, left).
 
-        state: as_before | differs | unreadable | unsupported.
+        state: as_before | differs | unreadable | unsupported. `left` is True when the target
+        is exactly as the agent's step left it (the spec's `left` checks all hold).
         """
         current = await self.read(step, str(spec.get("url") or ""), None)
         if current.state == UNSUPPORTED:
-            return "unsupported", f"the target cannot be read back ({current.why})"
+            return "unsupported", f"the target cannot be read back ({current.why})", False
         if current.state not in (PRESENT, ABSENT):
-            return "unreadable", current.why
+            return "unreadable", current.why, False
         if spec.get("gone"):
             if current.state == ABSENT:
-                return "as_before", f"gone ({current.why})"
-            return "differs", f"it is still there ({current.why})"
+                return "as_before", f"gone ({current.why})", False
+            return "differs", f"it is still there ({current.why})", False
         if current.state == ABSENT:
-            return "differs", f"the target is gone ({current.why})"
+            return "differs", f"the target is gone ({current.why})", False
         assert current.response is not None
+        body = parse_json(current.response.body)
         checks = list(spec.get("expect") or [])
-        diffs = readback.differences(checks, parse_json(current.response.body))
+        left_checks = list(spec.get("left") or [])
+        left = bool(left_checks) and not readback.differences(left_checks, body)
+        diffs = readback.differences(checks, body)
         if diffs:
-            return "differs", f"the target is not as it was before this step: {'; '.join(diffs)}"
+            why = f"the target is not as it was before this step: {'; '.join(diffs)}"
+            return "differs", why, left
         fields = sorted({".".join(str(k) for k in c.get("path") or []) for c in checks} - {"ok"})
-        return "as_before", f"as before ({', '.join(fields)})" if fields else "as before"
+        return "as_before", f"as before ({', '.join(fields)})" if fields else "as before", left
+
+    async def drift_pack(self, step: Step, spec: dict[str, Any]) -> Verdict | Go:
+        """Before a pack undo that overwrites fields: nobody changed them since the agent."""
+        state, seen, left = await self.read_back(step, spec)
+        if state == "as_before":
+            return Verdict(
+                "compensated",
+                f"the target is already as it was before this step (read back, {seen}); "
+                "nothing was sent",
+            )
+        if state == "unreadable":
+            return Verdict(
+                "failed",
+                f"could not re-read the target before compensating ({seen}); nothing was sent, "
+                "a later rollback will retry",
+            )
+        if state == "differs" and not left:
+            return Verdict(
+                "conflict",
+                "the target changed since this step (it is neither as before it nor as it left "
+                "it); nothing was overwritten (use --force to restore anyway)",
+            )
+        return Go()
 
     async def recheck_pack(
         self, step: Step, comp: CompensationRecord, spec: dict[str, Any], earlier: str
     ) -> Verdict | Go:
         """A pack compensation that went out before: its read-back decides, never blind."""
-        state, seen = await self.read_back(step, spec)
+        state, seen, left = await self.read_back(step, spec)
         if state == "as_before":
             return Verdict("compensated", f"{earlier}; read back, {seen}: nothing was sent again")
         if state == "unsupported":
@@ -326,8 +356,9 @@ class Judge:
                 f"{earlier}; the target could not be read to tell whether it took effect "
                 f"({seen}); nothing was sent, a later rollback reads it again",
             )
-        if comp.request is not None and comp.request.repeatable:
-            return Go(note=f"{earlier} and it did not take effect ({seen}): sent again; ")
+        if left or (comp.request is not None and comp.request.repeatable):
+            why = "the target is as the step left it" if left else seen
+            return Go(note=f"{earlier} and it did not take effect ({why}): sent again; ")
         return Verdict(
             "failed",
             f"{earlier}; {seen}; it is not safe to send twice, so it was not sent again: {RESOLVE}",
