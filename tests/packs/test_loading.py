@@ -109,8 +109,20 @@ def test_hosts_puts_a_pack_on_other_hosts_with_its_enterprise_prefix(tmp_path: P
         ),
         ("packs:\n  - llm\n  - llm\n", "config.yaml:3: pack 'llm' is already listed at"),
         ("packs: llm\n", "config.yaml:1: packs must be a list of pack names or {name, hosts}"),
+        (
+            "packs:\n  - name: email\n    correction: {subject: Oops, text: Ignore it}\n",
+            "config.yaml:3: correction (an email sent to the same recipients on rollback) is "
+            "not supported yet",
+        ),
     ],
-    ids=["unknown-name", "hosts-not-a-list", "unknown-key", "listed-twice", "not-a-list"],
+    ids=[
+        "unknown-name",
+        "hosts-not-a-list",
+        "unknown-key",
+        "listed-twice",
+        "not-a-list",
+        "correction-not-yet",
+    ],
 )
 def test_bad_packs_entries_are_errors_with_file_and_line(
     tmp_path: Path, text: str, expected: str

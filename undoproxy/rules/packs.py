@@ -81,6 +81,13 @@ def parse_choices(value: Any, where: Location, problems: Problems) -> list[PackC
         hosts: tuple[str, ...] | None = None
         if isinstance(entry, dict):
             loc = location_of(entry, loc)
+            if "correction" in entry:  # the contract's email correction: not built yet
+                problems.add(
+                    at(entry, "correction", loc),
+                    "correction (an email sent to the same recipients on rollback) is not "
+                    "supported yet: leave it out (see docs/packs.md#email)",
+                )
+                entry = {k: v for k, v in entry.items() if k != "correction"}
             unknown_keys(entry, PACK_ENTRY_KEYS, "a packs entry", problems, loc)
             name = entry.get("name")
             if "hosts" in entry:
