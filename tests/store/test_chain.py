@@ -233,3 +233,37 @@ async def test_a_row_replaced_through_the_writer_gets_its_next_version(tmp_path:
         await journal.close()
     assert chain_of(path)[1:] == [("steps", step.id, 1), ("steps", step.id, 2)]
     assert chain.verify(path).problems == []
+
+
+@pytest.mark.asyncio
+async def test_a_recomputed_chain_passes_unless_a_recorded_head_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    journal = await Journal.open(path)
+    try:
+        journal.add_session(Session(id="s1"))
+        for _ in range(3):
+            await journal.write_ahead(a_step(journal, "s1"))
+    finally:
+        await journal.close()
+    recorded = chain.verify(path).head
+    assert chain.verify(path, heads=[recorded]).problems == []
+
+    # Someone who knows the scheme edits a step and rebuilds the whole chain.
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE steps SET url='https://elsewhere.test/' WHERE seq=2")
+        db.execute("DELETE FROM chain")
+        db.row_factory = sqlite3.Row
+        prev, seq = chain.GENESIS, 0
+        for table in chain.TABLES:
+            for row in db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall():
+                seq += 1
+                digest = chain.entry_hash(prev, chain.canonical(table, dict(row).items()))
+                db.execute(
+                    "INSERT INTO chain VALUES (?, ?, ?, 1, ?, ?)",
+                    (seq, table, row["id"], prev, digest),
+                )
+                prev = digest
+    assert chain.verify(path).problems == []  # the chain has no secret: see the docs
+    [problem] = chain.verify(path, heads=[recorded]).problems
+    assert (problem.table, problem.row_id) == ("chain", recorded)
+    assert "no longer in the chain" in str(problem)

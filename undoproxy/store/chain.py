@@ -34,7 +34,7 @@ Nothing in undoproxy deletes these rows; a retention feature would have to chain
 Not covered: `settings`, `migrations` and the chain's own tail. Without a secret, anyone who
 can write the file and knows this scheme can recompute the chain, or cut its last entries
 together with their rows; `verify` prints the chain's head so that it can be recorded
-elsewhere and compared later.
+elsewhere, and `verify --head HASH` later fails if the chain no longer contains it.
 """
 
 from __future__ import annotations
@@ -173,9 +173,11 @@ class NoChain(Exception):
     """The journal has no chain table yet (no undoproxy with migration 004 has opened it)."""
 
 
-def verify(path: Path) -> Report:
+def verify(path: Path, *, heads: Iterable[str] = ()) -> Report:
     """Check the chain of the journal at `path`, read-only (undoproxy may be running).
 
+    `heads`: hashes an earlier verify printed; the chain must still contain each of them (what
+    came before a recorded head cannot be rewritten without losing it).
     Raises sqlite3.Error when the file cannot be read as a journal, NoChain without a chain.
     """
     conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None)
@@ -192,7 +194,18 @@ def verify(path: Path) -> Report:
             if migrated:
                 raise NoChain(f"{path} had a hash chain, and its chain table was dropped")
             raise NoChain(f"{path} has no hash chain yet: start undoproxy once to add it")
-        return _check(conn)
+        report = _check(conn)
+        missing = [
+            Problem(
+                (0, 0),
+                "chain",
+                head,
+                "this head, recorded earlier, is no longer in the chain: it was rewritten or cut",
+            )
+            for head in heads
+            if not conn.execute("SELECT 1 FROM chain WHERE hash=?", (head,)).fetchone()
+        ]
+        return dataclasses.replace(report, problems=missing + report.problems)
     finally:
         conn.close()
 
