@@ -87,7 +87,7 @@ class JournalAddon:
             return
         fields = response_fields(flow, state)
         if state.step is None:  # a read: one insert with everything
-            step = new_step(flow, state, self.journal, "succeeded")
+            step = new_step(flow, state, self.journal, "succeeded", record=False)
             for k, v in fields.items():
                 setattr(step, k, v)
             self.journal.record(step)

@@ -13,6 +13,7 @@ from undoproxy import redact
 from undoproxy.proxy.state import FlowState
 from undoproxy.proxy.streaming import StreamTail
 from undoproxy.rules.record import request_fields
+from undoproxy.rules.request import NOT_JSON
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step, new_id
 
@@ -25,8 +26,13 @@ def body_limit(state: FlowState) -> int:
     return MUTATION_BODY_LIMIT if state.is_mutation else READ_BODY_LIMIT
 
 
-def new_step(flow: http.HTTPFlow, state: FlowState, journal: Journal, status: str) -> Step:
-    """The Step for a flow's request, numbered in its session; not yet written."""
+def new_step(
+    flow: http.HTTPFlow, state: FlowState, journal: Journal, status: str, *, record: bool = True
+) -> Step:
+    """The Step for a flow's request, numbered in its session; not yet written.
+
+    `record=False` leaves `meta` to the caller (a read recorded with its response at once).
+    """
     request = flow.request
     body = request.raw_content or b""
     rule = state.rule
@@ -47,7 +53,7 @@ def new_step(flow: http.HTTPFlow, state: FlowState, journal: Journal, status: st
         request_body_len=len(body),
         request_body_sha256=hashlib.sha256(body).hexdigest() if body else None,
         intent=state.intent,
-        meta=record_meta(flow, state, with_response=False),
+        meta=record_meta(flow, state, with_response=False) if record else None,
     )
     state.step = step
     return step
@@ -61,9 +67,12 @@ def record_meta(
     if record is None:
         return None
     request = flow.request
-    body = request_fields(
-        request.get_content(strict=False) or b"", request.headers.get("content-type")
-    )
+    content_type = request.headers.get("content-type")
+    view = state.view
+    if view is not None and not _is_form(content_type):
+        body = None if view.json is NOT_JSON else view.json  # parsed once, shared with the rules
+    else:
+        body = request_fields(request.get_content(strict=False) or b"", content_type)
     response = flow.response if with_response else None
     docs: list[Any] = []
     headers: dict[str, str] = {}
@@ -84,6 +93,11 @@ def record_meta(
         request_only=response is None,
     )
     return meta or None
+
+
+def _is_form(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media in ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
 def irreversible_reason(rule: Any, meta: dict[str, Any] | None) -> str | None:
