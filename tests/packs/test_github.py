@@ -340,3 +340,18 @@ def test_fields_someone_changed_since_the_agent_are_a_conflict_not_overwritten(
     r = agent.up.api("POST", f"/api/sessions/{agent.session}/rollback", json={"force": True})
     assert [s["status"] for s in r.json()["steps"]] == ["compensated"], r.json()
     assert issue["title"] == "seed"
+
+
+def test_an_answer_without_the_number_makes_the_step_irreversible_never_guessed(
+    agent: Agent,
+) -> None:
+    seen = len(agent.state.log)
+    agent.state.omit = {"number"}
+    try:
+        agent.repo().create_issue("no number in the answer")
+    finally:
+        agent.state.omit = set()
+    report = agent.rollback()
+    assert _statuses(report) == ["irreversible"], report
+    assert "the response has no 'number'" in report["steps"][0]["detail"]
+    assert [m for m, _ in agent.state.log[seen:]] == ["GET", "POST"]  # nothing sent back

@@ -49,6 +49,7 @@ class GitHubState:
     login: str = "octo"
     log: list[tuple[str, str]] = field(default_factory=list)
     ignore_patches: bool = False  # answer PATCHes 200 without applying them (a faulty replica)
+    omit: set[str] = field(default_factory=set)  # fields left out of a created issue's answer
 
     def repo(self, owner: str, name: str) -> Repo:
         """The repository, created empty when missing."""
@@ -202,6 +203,8 @@ async def create_issue(request: web.Request, *, pull: bool = False) -> web.Respo
     out = _issue_json(request, r, issue)
     if pull:
         out["url"] = _api(request, f"/repos/{r.owner}/{r.name}/pulls/{number}")
+    for name in request.app[STATE].omit:
+        out.pop(name, None)
     return web.json_response(out, status=201)
 
 
