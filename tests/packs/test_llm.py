@@ -132,6 +132,26 @@ def test_openai_stream_is_live_and_records_the_final_usage(
     }
 
 
+def test_a_gzip_compressed_stream_still_records_its_usage(
+    proxy: Undoproxy, fake: ThreadedServer, session: str
+) -> None:
+    stream = _openai(proxy, fake, session).chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"X-Test-Compress": "gzip"},
+    )
+    assert list(stream)[-1].usage is not None
+    [step] = _steps(proxy, session)
+    assert ["Content-Encoding", "gzip"] in step["response"]["headers"]
+    assert step["meta"]["usage"] == {
+        "prompt_tokens": 11,
+        "completion_tokens": 4,
+        "total_tokens": 15,
+    }
+
+
 def test_openai_embeddings(proxy: Undoproxy, fake: ThreadedServer, session: str) -> None:
     client = _openai(proxy, fake, session)
     result = client.embeddings.create(model="text-embedding-3-small", input="hello")

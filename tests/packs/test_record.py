@@ -98,3 +98,33 @@ def test_a_stream_tail_keeps_bounded_memory_and_the_final_event() -> None:
     events = tail.events()
     assert events[0] == {"type": "start", "model": "m"}
     assert events[-1] == {"usage": {"total": 3}}
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
+def test_a_compressed_stream_is_decoded_in_bounded_pieces(encoding: str) -> None:
+    import zlib
+
+    import brotli  # type: ignore[import-untyped]
+    import zstandard
+
+    events = b"".join(f"data: {json.dumps({'n': i})}\n\n".encode() for i in range(5000))
+    events += b'data: {"usage": {"total": 7}}\n\ndata: [DONE]\n\n'
+    packed = {
+        "gzip": lambda b: zlib.compress(b, wbits=31),
+        "deflate": zlib.compress,
+        "br": brotli.compress,
+        "zstd": lambda b: zstandard.ZstdCompressor().compress(b),
+    }[encoding](events)
+    tail = StreamTail(keep=4096, encoding=encoding)
+    for i in range(0, len(packed), 1000):
+        chunk = packed[i : i + 1000]
+        assert tail(chunk) == chunk  # passed on as sent
+    assert len(tail.head) <= 4096 and tail.tail_size <= 3 * 4096
+    decoded = tail.events()
+    assert decoded[0] == {"n": 0} and decoded[-1] == {"usage": {"total": 7}}
+
+
+def test_an_unknown_encoding_keeps_nothing_and_passes_everything() -> None:
+    tail = StreamTail(encoding="gzip, br")
+    assert tail(b"\x00\x01") == b"\x00\x01"
+    assert tail.events() == []

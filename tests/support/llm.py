@@ -14,6 +14,7 @@
 
 A request with header `X-Test-Gate: NAME` streams its first event, then waits until
 `POST /release?gate=NAME` before sending the rest: a buffering proxy delivers nothing first.
+With `X-Test-Compress: gzip` a stream is sent gzip-compressed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ async def _stream(
     response = web.StreamResponse(
         headers={"Content-Type": content_type, "Cache-Control": "no-cache"}
     )
+    if request.headers.get("X-Test-Compress") == "gzip":
+        response.enable_compression(web.ContentCoding.gzip)
     await response.prepare(request)
     gate = _gate(request)
     for i, event in enumerate(events):

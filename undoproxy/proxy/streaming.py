@@ -10,7 +10,9 @@ final event's usage can be recorded once the stream ends.
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mitmproxy import http
@@ -31,27 +33,43 @@ class StreamTail:
     and KEEP_BYTES (plus one chunk) of its end.
     """
 
-    def __init__(self, keep: int = KEEP_BYTES) -> None:
+    def __init__(self, keep: int = KEEP_BYTES, encoding: str = "") -> None:
         self.keep = keep
         self.head = bytearray()
         self.tail: deque[bytes] = deque()
         self.tail_size = 0
         self.trimmed = False  # the tail lost its beginning: its first line may be cut
+        # The stream function sees the bytes as sent: a compressed stream is decoded here,
+        # in pieces of at most `keep` bytes, so a small chunk cannot inflate into a large one.
+        self.decode = _decoder(encoding, keep)
 
     def __call__(self, chunk: bytes) -> bytes:
+        if self.decode is not None and chunk:
+            try:
+                for piece in self.decode(chunk):
+                    self._keep(piece)
+            except Exception:  # a corrupt or unknown encoding: stop keeping, pass on
+                self.decode = None
+                self.head.clear()
+                self.tail.clear()
+        return chunk
+
+    def _keep(self, chunk: bytes) -> None:
         if len(self.head) < self.keep:
             room = self.keep - len(self.head)
             self.head += chunk[:room]
             rest = chunk[room:]
         else:
             rest = chunk
+        if len(rest) > self.keep:  # a piece bigger than all we keep: its end is enough
+            rest = rest[-self.keep :]
+            self.trimmed = True
         if rest:
             self.tail.append(rest)
             self.tail_size += len(rest)
             while self.tail_size - len(self.tail[0]) >= self.keep:
                 self.tail_size -= len(self.tail.popleft())
                 self.trimmed = True
-        return chunk
 
     def events(self) -> list[Any]:
         """The JSON events of the kept head and tail, in stream order."""
@@ -62,6 +80,42 @@ class StreamTail:
         # the tail from its first complete line.
         cut = tail.find(b"\n")
         return stream_events(bytes(self.head)) + stream_events(tail[cut + 1 :] if cut >= 0 else b"")
+
+
+def _decoder(encoding: str, limit: int) -> Callable[[bytes], Iterator[bytes]] | None:
+    """A function decoding one chunk of a `Content-Encoding` stream into pieces, or None."""
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return lambda chunk: iter((chunk,))
+    if name in ("gzip", "x-gzip", "deflate"):
+        inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, detected
+
+        def gunzip(chunk: bytes) -> Iterator[bytes]:
+            data = chunk
+            while data:
+                yield inflate.decompress(data, limit)
+                data = inflate.unconsumed_tail
+
+        return gunzip
+    if name == "br":
+        import brotli  # type: ignore[import-untyped]  # mitmproxy's own dependency
+
+        unbrotli = brotli.Decompressor()
+
+        def unbr(chunk: bytes) -> Iterator[bytes]:
+            yield unbrotli.process(chunk)
+
+        return unbr
+    if name == "zstd":
+        import zstandard  # mitmproxy's own dependency
+
+        unzstd = zstandard.ZstdDecompressor().decompressobj()
+
+        def unzst(chunk: bytes) -> Iterator[bytes]:
+            yield unzstd.decompress(chunk)
+
+        return unzst
+    return None  # several encodings, or one we do not know: nothing is kept
 
 
 class Streaming:
@@ -81,7 +135,8 @@ class Streaming:
         if content_type.startswith(STREAMED_TYPES):
             state = state_of(flow)
             record = getattr(state.rule, "record", None) if state is not None else None
-            response.stream = StreamTail() if record is not None else True
+            encoding = response.headers.get("content-encoding", "")
+            response.stream = StreamTail(encoding=encoding) if record is not None else True
             return
         length = response.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > STREAM_RESPONSE_OVER:
