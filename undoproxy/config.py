@@ -320,13 +320,19 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
     for name, item in (("rules", rule_items), ("include", include_items)):
         if item is not None and not isinstance(item, list):
             errors.append(ConfigError(loc(doc, name), f"{name}: expected a list"))
+    packs = doc.get("packs", ALL_PACKS)
+    if packs is None:  # `packs:` with nothing after it: all or none? Say which.
+        errors.append(
+            ConfigError(loc(doc, "packs"), "packs: expected a list of packs ([] for none)")
+        )
+        packs = []
     try:
         rules = parse_rules(
             rule_items if isinstance(rule_items, YList | list) else None,
             include_items if isinstance(include_items, YList | list) else None,
             base_dir=base_dir,
             where=where,
-            packs=doc.get("packs", ALL_PACKS),
+            packs=packs,
             packs_where=loc(doc, "packs"),
         )
     except ConfigErrors as exc:

@@ -109,6 +109,7 @@ def test_hosts_puts_a_pack_on_other_hosts_with_its_enterprise_prefix(tmp_path: P
         ),
         ("packs:\n  - llm\n  - llm\n", "config.yaml:3: pack 'llm' is already listed at"),
         ("packs: llm\n", "config.yaml:1: packs must be a list of pack names or {name, hosts}"),
+        ("proxy: {}\npacks:\n", "config.yaml:2: packs: expected a list of packs ([] for none)"),
         (
             "packs:\n  - name: email\n    correction: {subject: Oops, text: Ignore it}\n",
             "config.yaml:3: correction (an email sent to the same recipients on rollback) is "
@@ -121,6 +122,7 @@ def test_hosts_puts_a_pack_on_other_hosts_with_its_enterprise_prefix(tmp_path: P
         "unknown-key",
         "listed-twice",
         "not-a-list",
+        "empty",
         "correction-not-yet",
     ],
 )
