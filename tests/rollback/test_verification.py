@@ -251,15 +251,27 @@ def test_deleting_a_folder_is_irreversible_and_nothing_is_written_back(
     assert not store.requests("PUT") and not store.objects  # no listing written back as a file
 
 
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("/rpc", "JSON-RPC"),  # no pack knows it: the inference must not take `id` for a resource
+        ("/mcp", "MCP tool call"),  # the mcp pack knows tools/call has no generic inverse
+    ],
+)
 def test_a_json_rpc_answer_id_is_not_a_created_resource(
-    up: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+    up: Undoproxy,
+    server: ThreadedServer,
+    store: objects.StoreState,
+    session_id: str,
+    path: str,
+    why: str,
 ) -> None:
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ticket"}}
     with up.agent(session_id, headers=AUTH) as s:
-        assert s.post(f"{server.base_url}/mcp", json=call).status_code == 200
+        assert s.post(f"{server.base_url}{path}", json=call).status_code == 200
     report = rollback(up, session_id)
     assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
-    assert "JSON-RPC" in details(report)[0]
+    assert why in details(report)[0]
     assert not store.requests("DELETE") and len(store.tickets) == 1
 
 

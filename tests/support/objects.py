@@ -271,6 +271,7 @@ def create_app(state: StoreState) -> web.Application:
     app.router.add_put("/o/{key:.+}", write)
     app.router.add_delete("/o/{key:.+}", delete)
     app.router.add_post("/mcp", mcp)
+    app.router.add_post("/rpc", mcp)  # the same JSON-RPC server where no pack recognises it
     app.router.add_post("/v1/jobs", jobs)
     app.router.add_get("/db/{doc}", get_doc)
     app.router.add_put("/db/{doc}", put_doc)
