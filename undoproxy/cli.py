@@ -427,9 +427,16 @@ def cmd_deny(args: argparse.Namespace) -> int:
 def cmd_rules_check(args: argparse.Namespace) -> int:
     """Validate a config and its rule packs; every mistake is listed with file:line."""
     path = _config_path(args)
+    from undoproxy.packs import PACKS_DIR
+
     config = load_config(path)
-    n = len(config.rules.rules)
-    _out(f"{path or 'built-in defaults'}: OK, {n} rule{'s' if n != 1 else ''}")
+    packs = [r for r in config.rules if Path(r.where.file).parent == PACKS_DIR]
+    n = len(config.rules.rules) - len(packs)
+    text = f"{path or 'built-in defaults'}: OK, {n} rule{'s' if n != 1 else ''}"
+    if packs:
+        names = ", ".join(dict.fromkeys(r.name.split("/", 1)[0] for r in packs))
+        text += f", and {len(packs)} from the packs {names}"
+    _out(text)
     return 0
 
 
@@ -466,6 +473,14 @@ def cmd_rules_explain(args: argparse.Namespace) -> int:
             irreversible=irreversible,
         )
     )
+    return 0
+
+
+def cmd_packs(args: argparse.Namespace) -> int:
+    """List the built-in API packs, or (with NAME) one pack's rules."""
+    from undoproxy.packs.listing import describe_pack, list_packs
+
+    _out(describe_pack(args.name) if args.name else list_packs())
     return 0
 
 
@@ -579,6 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", metavar="ID", help="the approval id (see `undoproxy approvals`)")
         p.add_argument("--reason", metavar="TEXT", help="why (required for critical risk)")
         p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
+    p = command("packs", cmd_packs)
+    p.add_argument("name", nargs="?", metavar="NAME", help="a pack: list its rules")
 
     rules = sub.add_parser("rules", help="check rules, or explain which rule a request matches")
     rules_sub = rules.add_subparsers(dest="rules_command", metavar="COMMAND", required=True)
