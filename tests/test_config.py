@@ -10,6 +10,7 @@ import pytest
 
 from undoproxy.config import SETTINGS, load_config
 from undoproxy.errors import ConfigErrors
+from undoproxy.packs import builtin_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +31,10 @@ def test_no_config_means_the_contract_defaults() -> None:
         "auto",
     )
     assert config.approvals_timeout == 300.0
-    assert config.rules.rules == []
+    # No rules of the user's: only the built-in packs' rules, and every pack is on.
+    packs = {rule.name.split("/")[0] for rule in config.rules.rules}
+    assert all("/" in rule.name for rule in config.rules.rules)
+    assert packs == set(builtin_names())
 
 
 def test_env_expansion_and_relative_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
