@@ -189,9 +189,13 @@ def test_reads_by_method_name_are_reads_whatever_the_http_method(agent: Agent) -
 def test_a_call_slack_answered_ok_false_has_nothing_to_undo(agent: Agent) -> None:
     with pytest.raises(SlackApiError):
         agent.client.chat_postMessage(channel="CNOWHERE", text="lost")
+    # The journal says what Slack said: the call failed, whatever its HTTP 200.
+    [step] = agent.up.api("GET", f"/api/sessions/{agent.session}").json()["steps"]
+    assert step["status"] == "failed" and step["response_status"] == 200
+    assert "channel_not_found" in step["error"]
     report = agent.rollback()
     assert _statuses(report) == ["skipped"], report
-    assert "ok: false (channel_not_found)" in report["steps"][0]["detail"]
+    assert "failed upstream" in report["steps"][0]["detail"]
     assert report["state"] == "rolled_back"
 
 

@@ -127,13 +127,32 @@ def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
     assert response is not None
     streamed = bool(response.stream)
     body = None if streamed else (response.raw_content or b"")
+    ok = 200 <= response.status_code < 300
+    refused = _refused_in_body(flow, state) if ok and not streamed else None
+    error = "response streamed to the agent; body not journaled" if streamed else refused
     return {
-        "status": "succeeded" if 200 <= response.status_code < 300 else "failed",
+        "status": "succeeded" if ok and refused is None else "failed",
         "response_status": response.status_code,
         "response_headers": [list(p) for p in redact.headers(response.headers.items(multi=True))],
         "response_body": body[: body_limit(state)] if body else None,
         "response_body_len": None if body is None else len(body),
         "duration_ms": round((time.monotonic() - state.started) * 1000, 3),
-        "error": "response streamed to the agent; body not journaled" if streamed else None,
+        "error": error,
         "meta": record_meta(flow, state, with_response=True),
     }
+
+
+def _refused_in_body(flow: http.HTTPFlow, state: FlowState) -> str | None:
+    """Why a 2xx answer is a failure (the rule's `fails_when` holds on its JSON), or None."""
+    rule = state.rule
+    if rule is None or not rule.fails_when or flow.response is None:
+        return None
+    try:
+        doc = json.loads(flow.response.get_content(strict=False) or b"")
+    except (ValueError, RecursionError):
+        return None
+    if not all(c.holds(doc, True) for c in rule.fails_when):
+        return None
+    said = doc.get("error") if isinstance(doc, dict) else None
+    detail = f": {redact.text(str(said))[:200]}" if said else ""
+    return f"the API refused it in a 2xx answer ({rule.name} fails_when){detail}"

@@ -43,6 +43,7 @@ RULE_ACTION_KEYS: frozenset[str] = frozenset(
         "credentials",
         "guard",
         "kind",
+        "fails_when",
         "record",
         "reason",
         "description",

@@ -8,6 +8,7 @@ from typing import Any, Final
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
 from undoproxy.errors import Location
 from undoproxy.methods import READ_METHODS as READ_METHODS
+from undoproxy.rules.conditions import BodyCondition
 from undoproxy.rules.guards import Guard
 from undoproxy.rules.matcher import MatchSpec
 from undoproxy.rules.record import Record
@@ -66,6 +67,9 @@ class Rule:
     credentials: str = "origin"
     guard: Guard | None = None  # this rule's own budgets, counted over its matches per session
     kind: str | None = None  # read | mutation; None: by method
+    # Conditions on the response's JSON body that make a 2xx answer a failure (Slack answers
+    # errors with HTTP 200 and "ok": false): the step is `failed`, nothing to undo.
+    fails_when: tuple[BodyCondition, ...] = ()
     record: Record | None = None  # what a matching step records into its `meta`
     reason: str | None = None
     description: str | None = None

@@ -158,9 +158,12 @@ def _parse_rule(
     spec, methods = _parse_match(d.get("match"), at(d, "match", loc), problems)
     captures = spec.path.captures if spec.path else ()
     actions = parse_actions(d, loc, methods, captures, problems)
+    fails_when = tuple(_json_conditions(d, "fails_when", loc, problems))
     if len(problems.errors) > before or not isinstance(name, str):
         return None
-    return Rule(name=name, where=loc, methods=methods, match_spec=spec, **actions)
+    return Rule(
+        name=name, where=loc, methods=methods, match_spec=spec, fails_when=fails_when, **actions
+    )
 
 
 def _parse_match(
@@ -258,11 +261,18 @@ def _fields(
 
 
 def _body(m: dict[str, Any], loc: Location, problems: Problems) -> list[BodyCondition]:
-    table = m.get("body")
+    return _json_conditions(m, "body", loc, problems)
+
+
+def _json_conditions(
+    m: dict[str, Any], key: str, loc: Location, problems: Problems
+) -> list[BodyCondition]:
+    """`key: {"$.jsonpath": condition, ...}` of mapping `m` (match.body, fails_when)."""
+    table = m.get(key)
     if table is None:
         return []
     if not isinstance(table, dict):
-        problems.add(at(m, "body", loc), 'body must be a mapping of "$.jsonpath": condition')
+        problems.add(at(m, key, loc), f'{key} must be a mapping of "$.jsonpath": condition')
         return []
     out: list[BodyCondition] = []
     for text, spec in table.items():
