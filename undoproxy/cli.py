@@ -484,6 +484,37 @@ def cmd_packs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check the journal's hash chain; exit 1 naming the first step edited, deleted or added."""
+    import sqlite3
+
+    from undoproxy.store import chain
+
+    path = load_config(_config_path(args)).store_path
+    if not path.is_file():
+        raise UndoproxyError(f"no journal at {path}")
+    try:
+        report = chain.verify(path, heads=args.head or ())
+    except chain.NoChain as exc:
+        raise UndoproxyError(str(exc)) from None
+    except sqlite3.Error as exc:
+        raise UndoproxyError(f"cannot read the journal {path}: {exc}") from None
+    if report.problems:
+        first, *rest = report.problems
+        _out(f"FAILED: {first}")
+        for problem in rest[:20]:
+            _out(f"  also: {problem}")
+        if len(rest) > 20:
+            _out(f"  and {len(rest) - 20} more")
+        return 1
+    _out(f"ok: {report.steps} steps verified")
+    _out(
+        f"  {report.sessions} sessions, {report.approvals} approvals, "
+        f"{report.entries} chain entries; head {report.head}"
+    )
+    return 0
+
+
 # --- parser --------------------------------------------------------------------------------
 
 
@@ -594,6 +625,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", metavar="ID", help="the approval id (see `undoproxy approvals`)")
         p.add_argument("--reason", metavar="TEXT", help="why (required for critical risk)")
         p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
+    p = command("verify", cmd_verify, config=True)
+    p.add_argument(
+        "--head",
+        action="append",
+        metavar="HASH",
+        help="a head an earlier verify printed: fail unless the chain still contains it "
+        "(repeatable)",
+    )
     p = command("packs", cmd_packs)
     p.add_argument("name", nargs="?", metavar="NAME", help="a pack: list its rules")
 

@@ -1,0 +1,183 @@
+"""`undoproxy verify` against the journal of a real undoproxy, edited with the sqlite3 CLI."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import rest
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+
+SECRET = "sk-verify-SECRET"
+AUTH = {"Authorization": f"Bearer {SECRET}"}
+SESSION = "audit"
+SQLITE3 = shutil.which("sqlite3")
+
+
+@dataclass
+class Journal:
+    """The journal a real undoproxy left behind, and what was done to make it."""
+
+    path: Path
+    steps: int
+    running_verify: subprocess.CompletedProcess[str]
+
+
+def verify(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "undoproxy", "verify", "-c", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def journal(
+    tmp_path_factory: pytest.TempPathFactory, upstream_cert: tuple[Path, Path]
+) -> Iterator[Journal]:
+    """Reads, mutations and a rollback through a real undoproxy, then stopped."""
+    state = rest.RestState(token=SECRET)
+    state.items = {"1": {"id": "1", "name": "Ada"}, "2": {"id": "2", "name": "Grace"}}
+    api: ThreadedServer = rest.serve(state, upstream_cert)
+    instance = Undoproxy(tmp_path_factory.mktemp("verify")).start()
+    try:
+        with instance.agent(SESSION, headers=AUTH) as s:
+            s.get(f"{api.base_url}/items/1").raise_for_status()
+            s.post(f"{api.base_url}/items", json={"name": "Linus"}).raise_for_status()
+            s.put(f"{api.base_url}/items/1", json={"name": "Ada L."}).raise_for_status()
+            s.patch(f"{api.base_url}/items/2", json={"rank": "admiral"}).raise_for_status()
+            s.get(f"{api.base_url}/items/2").raise_for_status()
+            s.delete(f"{api.base_url}/items/1").raise_for_status()
+        r = instance.api("POST", f"/api/sessions/{SESSION}/rollback", json={})
+        assert r.status_code == 200 and r.json()["state"] == "rolled_back", r.text
+        running = verify(instance.config_path)  # read-only, next to the running writer
+        # Traffic keeps flowing while verify reads.
+        with instance.agent("after", headers=AUTH) as s:
+            s.get(f"{api.base_url}/items/2").raise_for_status()
+        assert instance.stop() == 0
+    finally:
+        instance.stop()
+        api.stop()
+    yield Journal(instance.dir / "journal.db", 7, running)
+
+
+def copy_of(journal: Journal, directory: Path) -> tuple[Path, Path]:
+    """A copy of the journal and a config that names it."""
+    db = directory / "journal.db"
+    with sqlite3.connect(journal.path) as src, sqlite3.connect(db) as dst:
+        src.backup(dst)
+    config = directory / "config.yaml"
+    config.write_text(f"state_dir: {directory / 'state'}\nstore:\n  path: {db}\n")
+    return db, config
+
+
+def test_verify_while_undoproxy_runs_and_after(journal: Journal, tmp_path: Path) -> None:
+    running = journal.running_verify
+    assert (running.returncode, running.stdout.splitlines()[0]) == (0, "ok: 6 steps verified")
+    _, config = copy_of(journal, tmp_path)
+    done = verify(config)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0] == f"ok: {journal.steps} steps verified"
+    head = done.stdout.split("head ")[1].strip()
+    assert verify(config, "--head", head).returncode == 0
+    cut = verify(config, "--head", head, "--head", "0" * 64)
+    assert cut.returncode == 1
+    assert cut.stdout.startswith(f"FAILED: chain {'0' * 64}: this head, recorded earlier, is no")
+    with sqlite3.connect(journal.path) as db:
+        statuses = {r[0] for r in db.execute("SELECT status FROM steps WHERE is_mutation=1")}
+        updated = db.execute("SELECT count(*) FROM chain WHERE version > 1").fetchone()[0]
+    assert statuses == {"compensated"} and updated >= 8  # outcome + rollback marks, chained
+
+
+def sql(db: Path, statement: str) -> None:
+    """Edit the journal the way a person would: with the sqlite3 CLI."""
+    if SQLITE3:
+        subprocess.run([SQLITE3, str(db), statement], check=True, capture_output=True)
+    else:  # pragma: no cover - the CI image has the CLI
+        with sqlite3.connect(db) as conn:
+            conn.executescript(statement)
+
+
+# The PUT (#3) is the step tampered with: {step} is its id, {first} and {last} the seq of its
+# first and last chain entries.
+TAMPERINGS = {
+    "text": "UPDATE steps SET url=url || '?x' WHERE id='{step}'",
+    "text same length": "UPDATE steps SET method='POST' WHERE id='{step}'",
+    "text to blob": "UPDATE steps SET method=CAST(method AS BLOB) WHERE id='{step}'",
+    "text to invalid utf-8": "UPDATE steps SET status=CAST(X'ff' AS TEXT) WHERE id='{step}'",
+    "blob": "UPDATE steps SET request_body=X'7b7d' WHERE id='{step}'",
+    "blob to NULL": "UPDATE steps SET request_body=NULL WHERE id='{step}'",
+    "integer": "UPDATE steps SET response_status=201 WHERE id='{step}'",
+    "integer to real": "UPDATE steps SET response_status=200.5 WHERE id='{step}'",
+    "real": "UPDATE steps SET duration_ms=duration_ms + 0.000001 WHERE id='{step}'",
+    "timestamp": "UPDATE steps SET created_at=created_at - 3600 WHERE id='{step}'",
+    "json": "UPDATE steps SET request_headers=json_remove(request_headers, '$[0]') "
+    "WHERE id='{step}'",
+    "json to NULL": "UPDATE steps SET snapshot=NULL WHERE id='{step}'",
+    "NULL to a value": "UPDATE steps SET intent='nothing to see' WHERE id='{step}'",
+    "status": "UPDATE steps SET status='irreversible' WHERE id='{step}'",
+    "delete the step": "DELETE FROM steps WHERE id='{step}'",
+    "delete its first chain entry": "DELETE FROM chain WHERE seq={first}",
+    "delete its last chain entry": "DELETE FROM chain WHERE seq={last}",
+    "edit its first chain hash": "UPDATE chain SET hash=prev_hash WHERE seq={first}",
+    "swap two chain entries": "UPDATE chain SET seq=-1 WHERE seq={first}; "
+    "UPDATE chain SET seq={first} WHERE seq={first} - 1; "
+    "UPDATE chain SET seq={first} - 1 WHERE seq=-1",
+}
+
+
+@pytest.mark.parametrize("change", TAMPERINGS.values(), ids=TAMPERINGS.keys())
+def test_an_edited_step_is_named(journal: Journal, tmp_path: Path, change: str) -> None:
+    db, config = copy_of(journal, tmp_path)
+    with sqlite3.connect(db) as conn:
+        [step] = conn.execute("SELECT id FROM steps WHERE session_id=? AND seq=3", (SESSION,))
+        first, last = conn.execute(
+            "SELECT min(seq), max(seq) FROM chain WHERE row_id=?", (step[0],)
+        ).fetchone()
+    assert last > first > 1  # chained when journaled, again when its outcome came
+    sql(db, change.format(step=step[0], first=first, last=last))
+    result = verify(config)
+    assert result.returncode == 1, result.stdout + result.stderr
+    first_line = result.stdout.splitlines()[0]
+    assert first_line.startswith("FAILED: ") and step[0] in first_line, result.stdout
+
+
+def test_a_step_inserted_outside_undoproxy_is_named(journal: Journal, tmp_path: Path) -> None:
+    db, config = copy_of(journal, tmp_path)
+    sql(
+        db,
+        "INSERT INTO steps (id, session_id, seq, created_at, updated_at, method, url, "
+        "is_mutation, status) VALUES ('st_forged', 'audit', 99, 0, 0, 'GET', "
+        "'https://example.test/', 0, 'succeeded')",
+    )
+    result = verify(config)
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[0] == (
+        "FAILED: step st_forged (session audit, #99): not in the chain: "
+        "added to the database outside undoproxy"
+    )
+
+
+def test_an_edited_session_is_named(journal: Journal, tmp_path: Path) -> None:
+    db, config = copy_of(journal, tmp_path)
+    sql(db, "UPDATE sessions SET state='committed' WHERE id='audit'")
+    result = verify(config)
+    assert result.returncode == 1
+    assert result.stdout.startswith("FAILED: session audit: its content differs")
+
+
+def test_verify_without_a_journal_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path}\nstore:\n  path: {tmp_path / 'none.db'}\n")
+    result = verify(config)
+    assert result.returncode == 1
+    assert "no journal at" in result.stderr and "Traceback" not in result.stderr
