@@ -171,7 +171,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     rows = [
         [
             s["id"],
-            s["state"],
+            s["state"] + (" (frozen)" if s.get("frozen") else ""),
             str(s["steps"]),
             str(s["mutations"]),
             _when(s["created_at"]),
@@ -180,6 +180,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         for s in sessions
     ]
     _out(_table(rows, ["SESSION", "STATE", "STEPS", "MUTATIONS", "CREATED", "INTENT"]))
+    if _client(args).call("GET", "/api/info").get("frozen_all"):
+        _out("every session is frozen (the global switch): `undoproxy unfreeze --all`")
     return 0
 
 
@@ -200,6 +202,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     _out(
         f"session {session['id']}  state: {session['state']}  steps: {len(session['steps'])}  "
         f"mutations: {session['mutations']}"
+        + ("  FROZEN: mutations refused (undoproxy unfreeze)" if session.get("frozen") else "")
     )
     if session.get("intent"):
         _out(f"intent: {session['intent']}")
@@ -226,6 +229,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         _out("intents:")
         for seq, intent in intents:
             _out(f"  #{seq}: {intent}")
+    resolved = [s for s in session["steps"] if s.get("resolved")]
+    if resolved:
+        _out("resolved by hand:")
+        for s in resolved:
+            r = s["resolved"]
+            _out(f"  #{s['seq']} {s['id']}: by {r['by']} at {_when(r['at'])}: {r['reason']}")
     return 0
 
 
@@ -284,6 +293,57 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_commit(args: argparse.Namespace) -> int:
     """Commit a session: its effects are kept and it can no longer be rolled back."""
     session = _client(args).call("POST", f"/api/sessions/{quote(args.session, safe='')}/commit")
+    _out(f"session {session['id']} is {session['state']}")
+    return 0
+
+
+def _switch(args: argparse.Namespace, on: bool) -> int:
+    if (args.session is None) == (not args.all):
+        raise UndoproxyError("name one SESSION, or --all for every session")
+    verb = "freeze" if on else "unfreeze"
+    client = _client(args)
+    if args.all:
+        answer = client.call("POST", f"/api/{verb}")
+        what = "every session is" if on else "the global switch is off:"
+    else:
+        answer = client.call("POST", f"/api/sessions/{quote(args.session, safe='')}/{verb}")
+        what = f"session {answer['id']} is"
+    if on:
+        _out(
+            f"{what} frozen: its mutations are answered 403 undoproxy_frozen and forwarded "
+            f"nowhere; reads pass; {_count(answer['denied'], 'held request')} denied"
+        )
+    elif args.all:
+        _out(f"{what} sessions not frozen one by one take mutations again")
+    else:
+        _out(f"{what} unfrozen: its mutations go through the rules again")
+    if not on and not args.all and client.call("GET", "/api/info").get("frozen_all"):
+        _out("every session is still frozen by the global switch: `undoproxy unfreeze --all`")
+    return 0
+
+
+def cmd_freeze(args: argparse.Namespace) -> int:
+    """Kill switch: refuse every mutation of SESSION (or of all, --all) and deny its held
+    requests; reads pass. Kept across restarts until `undoproxy unfreeze`."""
+    return _switch(args, True)
+
+
+def cmd_unfreeze(args: argparse.Namespace) -> int:
+    """Turn the kill switch off for SESSION (or the global one, --all)."""
+    return _switch(args, False)
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    """Record that a person undid a step by hand (one rollback could not undo): it becomes
+    resolved, and its session rolled_back once every mutation step is undone."""
+    body = {"reason": args.reason, "by": args.by or _whoami()}
+    path = f"/api/steps/{quote(args.step, safe='')}/resolve"
+    answer = _client(args).call("POST", path, body)
+    step, session = answer["step"], answer["session"]
+    _out(
+        f"step {step['id']} (#{step['seq']} {step['method']} {step['url']}) resolved by "
+        f"{step['resolved']['by']}: {step['resolved']['reason']}"
+    )
     _out(f"session {session['id']} is {session['state']}")
     return 0
 
@@ -601,6 +661,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = command("commit", cmd_commit, admin=True)
     p.add_argument("session", metavar="SESSION")
+    for name, func in (("freeze", cmd_freeze), ("unfreeze", cmd_unfreeze)):
+        p = command(name, func, admin=True)
+        p.add_argument("session", nargs="?", metavar="SESSION")
+        p.add_argument("--all", action="store_true", help="every session (the global switch)")
+    p = command("resolve", cmd_resolve, admin=True)
+    p.add_argument("step", metavar="STEP", help="the step id (see `undoproxy show SESSION`)")
+    p.add_argument("--reason", metavar="TEXT", required=True, help="how it was undone by hand")
+    p.add_argument("--by", metavar="NAME", help="who undid it (default: your user name)")
     p = command("export", cmd_export, admin=True)
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--format", choices=("jsonl", "har", "csv", "md"), default="jsonl")

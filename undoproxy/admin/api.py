@@ -26,7 +26,8 @@ def _session(request: web.Request) -> Session:
 
 
 async def info(request: web.Request) -> web.Response:
-    """Where the proxy listens and where its CA is: what `undoproxy env` needs."""
+    """Where the proxy listens and where its CA is (what `undoproxy env` needs), and whether
+    the global kill switch is on."""
     ctx = request.app[CONTEXT]
     return web.json_response(
         {
@@ -35,6 +36,7 @@ async def info(request: web.Request) -> web.Response:
             "auth": ctx.config.proxy_auth,
             "ca_cert": str(ctx.ca_cert),
             "ca_bundle": str(ctx.ca_bundle),
+            "frozen_all": ctx.journal.frozen_all,  # the global kill switch
         }
     )
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from undoproxy.admin import api, approvals_api, events_api, metrics_api, page, rollback_api
+from undoproxy.admin import (
+    api,
+    approvals_api,
+    events_api,
+    guardrails_api,
+    metrics_api,
+    page,
+    rollback_api,
+)
 from undoproxy.admin.auth import require_token
 from undoproxy.admin.context import CONTEXT, AdminContext
 from undoproxy.admin.errors import json_errors
@@ -19,6 +27,7 @@ ROUTES: list[web.AbstractRouteDef] = [
     web.post("/api/sessions/{id}/commit", api.commit_session),
     web.post("/api/sessions/{id}/rollback", rollback_api.rollback_session),
     web.get("/api/sessions/{id}/export", api.export_session),
+    *guardrails_api.ROUTES,
     *approvals_api.ROUTES,
     *events_api.ROUTES,
     *metrics_api.ROUTES,
@@ -45,6 +54,7 @@ def create_app(
     page.setup(app)
     events_api.setup(app)
     metrics_api.setup(app)
+    guardrails_api.setup(app)
     app.add_routes(ROUTES)
     if extra_routes:
         app.add_routes(extra_routes)

@@ -15,6 +15,7 @@ def session_json(session: Session, counts: dict[str, int] | None = None) -> dict
         "intent": session.intent,
         "agent": session.agent,
         "state": session.state,
+        "frozen": session.frozen,  # the kill switch of this session (see also frozen_all)
         "created_at": session.created_at,
         "updated_at": session.updated_at,
     }
@@ -101,4 +102,11 @@ def step_json(step: Step) -> dict[str, Any]:
             "etag": snapshot.get("etag"),
         },
         "compensation": compensation_json(step),
+        "resolved": None
+        if step.resolved_at is None
+        else {
+            "by": step.resolved_by,
+            "at": step.resolved_at,
+            "reason": redact.text(step.resolved_reason or ""),
+        },
     }

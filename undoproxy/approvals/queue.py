@@ -29,6 +29,8 @@ from undoproxy.store.approvals import Approval
 from undoproxy.store.journal import Journal
 
 log = logging.getLogger(__name__)
+FROZEN_SESSION = "the session was frozen (kill switch); this request was never forwarded"
+FROZEN_ALL = "every session was frozen (kill switch); this request was never forwarded"
 
 
 class ApprovalError(UndoproxyError):
@@ -85,8 +87,18 @@ class ApprovalQueue:
         return pending if pending is not None and pending.approval.state == "pending" else None
 
     def open(self, approval: Approval) -> Pending:
-        """Register a new approval (not yet stored) so identical requests join it."""
+        """Register a new approval (not yet stored) so identical requests join it.
+
+        A session frozen meanwhile (the kill switch) gets it denied at once: a freeze denies
+        what is registered (`deny_session`, `deny_all`) once its switch is on, so every
+        approval is either registered before the switch, or sees it here.
+        """
         pending = Pending(approval, asyncio.get_running_loop().create_future())
+        frozen = self._frozen(approval.session_id)
+        if frozen is not None:
+            self._claim(pending, "denied", frozen, "undoproxy")
+            pending.future.set_result(self._decision(pending))
+            return pending
         self._by_id[approval.id] = pending
         self._by_fingerprint[(approval.session_id, approval.fingerprint)] = pending
         return pending
@@ -115,6 +127,9 @@ class ApprovalQueue:
         except JournalError as exc:
             self._finish(pending, Decision("failed", str(exc)), publish=False)
             raise
+        if approval.state != "pending":  # decided before it was stored (a freeze)
+            self._publish(approval)
+            return
         pending.timer = asyncio.get_running_loop().call_later(timeout, self._time_out, pending)
         self._publish(approval)
         if self.webhooks is not None and self.webhooks.urls:
@@ -173,11 +188,19 @@ class ApprovalQueue:
         return approval
 
     async def deny_session(self, session_id: str, reason: str) -> int:
-        """Deny every pending approval of a session (it is being rolled back); how many."""
+        """Deny every pending approval of a session (rolled back, or frozen); how many."""
+        return await self._deny(reason, session_id)
+
+    async def deny_all(self, reason: str) -> int:
+        """Deny every pending approval of every session (the global kill switch); how many."""
+        return await self._deny(reason)
+
+    async def _deny(self, reason: str, session_id: str | None = None) -> int:
         mine = [
             p
             for p in self._by_id.values()
-            if p.approval.session_id == session_id and p.approval.state == "pending"
+            if p.approval.state == "pending"
+            and (session_id is None or p.approval.session_id == session_id)
         ]
         for pending in mine:
             self._claim(pending, "denied", reason, "undoproxy")
@@ -186,6 +209,13 @@ class ApprovalQueue:
         if mine:
             await self.journal.writer.flush()
         return len(mine)
+
+    def _frozen(self, session_id: str) -> str | None:
+        """Why a new approval of this session is denied at once (None: it is not frozen)."""
+        if self.journal.frozen_all:
+            return FROZEN_ALL
+        session = self.journal.sessions.get(session_id)
+        return FROZEN_SESSION if session is not None and session.frozen else None
 
     def _time_out(self, pending: Pending) -> None:
         if pending.approval.state != "pending":

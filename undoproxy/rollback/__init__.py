@@ -9,6 +9,14 @@ a session runs at a time.
 """
 
 from undoproxy.rollback.executor import Rollback, RollbackRefused
-from undoproxy.rollback.report import Report, StepResult, Verdict
+from undoproxy.rollback.report import Report, StepResult, Verdict, fully_rolled_back, undone
 
-__all__ = ["Report", "Rollback", "RollbackRefused", "StepResult", "Verdict"]
+__all__ = [
+    "Report",
+    "Rollback",
+    "RollbackRefused",
+    "StepResult",
+    "Verdict",
+    "fully_rolled_back",
+    "undone",
+]

@@ -47,6 +47,7 @@ from undoproxy.rollback.report import (
     Report,
     StepResult,
     Verdict,
+    fully_rolled_back,
 )
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step
@@ -123,10 +124,11 @@ class Rollback:
                     )
                 progress = await _tell(progress, result)
             await self._durably(run)
-            complete = all(r.status in COMPLETE for r in results)
             state = session.state
             if not dry_run:
-                state = "rolled_back" if complete else "rollback_incomplete"
+                # As the journal now records each step: a result it could not write counts
+                # as not done (the step is decided again by the next rollback).
+                state = "rolled_back" if fully_rolled_back(steps) else "rollback_incomplete"
                 await self.journal.set_session_state(session_id, state)
             return Report(session_id, state, results, dry_run)
         except Exception:
@@ -231,8 +233,8 @@ class Rollback:
             values["status"] = JOURNAL_STATUS[verdict.status]
         elif step.id in run.marked:
             values["status"] = step.status  # marked ahead, nothing to undo: as it was
-        elif step.compensation_status == "compensated":
-            return None
+        elif step.compensation_status == "compensated" or step.status == "resolved":
+            return None  # as it was: a person's resolution is never overwritten
         return self.journal.update_now(step, **values)
 
     async def _decide(self, step: Step, comp: CompensationRecord, run: RunState) -> Verdict:

@@ -18,8 +18,11 @@ Report statuses (one per step, newest step first):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from undoproxy.store.records import Step
 
 REPORT_STATUSES = (
     "compensated",
@@ -32,6 +35,9 @@ REPORT_STATUSES = (
 )
 # Only these leave a session `rolled_back`.
 COMPLETE = frozenset({"compensated", "skipped"})
+# Journal statuses of a mutation that leave nothing to undo: undone and shown so, undone by a
+# person, or never took effect (never forwarded, failed upstream).
+DONE_STATUSES = frozenset({"compensated", "resolved", "held", "denied", "failed"})
 # The journal's step status for each report status (skipped leaves the step as it was).
 JOURNAL_STATUS = {
     "compensated": "compensated",
@@ -40,6 +46,20 @@ JOURNAL_STATUS = {
     "conflict": "conflict",
     "irreversible": "irreversible",
 }
+
+
+def undone(step: Step) -> bool:
+    """True when a step needs nothing more from a rollback: a read, or a mutation compensated,
+    resolved by a person, or with nothing to undo (a rollback found it so: `skipped`)."""
+    if not step.is_mutation:
+        return True
+    return step.status in DONE_STATUSES or step.compensation_status in COMPLETE
+
+
+def fully_rolled_back(steps: Iterable[Step]) -> bool:
+    """True when every mutation step of a session is undone, as the journal records it: the
+    one test of `rolled_back` (after a rollback, and after a person resolves a step)."""
+    return all(undone(step) for step in steps)
 
 
 @dataclass
