@@ -319,6 +319,10 @@ def _walk(value: Any, depth: int, *, strict: bool) -> Any:
         return [_walk(v, depth + 1, strict=strict) for v in value]
     if isinstance(value, str) and "://" in value and _URL_LIKE.match(value):
         return url(value)
+    if isinstance(value, str) and "=" in value:
+        # A form or a query inside a string (an echoed request, a webhook payload): its
+        # secret-named pairs are hidden too.
+        return _pairs(value)
     return value
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from mitmproxy import connection, http
 
+from undoproxy import redact
 from undoproxy.methods import is_mutation
 from undoproxy.proxy import answers
 from undoproxy.proxy.state import KEY, FlowState
@@ -135,7 +136,8 @@ class SessionIdentity:
                 session_id = named
             else:
                 session_id = "default"
-        intent = headers.get(INTENT_HEADER, "").strip()[:MAX_INTENT] or None
+        # Free text from the agent: kept (and shown) with any secret in it hidden.
+        intent = redact.text(headers.get(INTENT_HEADER, "").strip()[:MAX_INTENT]) or None
         _strip(headers)
         if session_id not in self.journal.sessions:
             self.journal.ensure_session(session_id)
