@@ -10,6 +10,7 @@ import datetime
 from typing import Any
 from urllib.parse import quote
 
+from undoproxy.admin.guardrails_api import RESOLVABLE
 from undoproxy.admin.html import Markup, el, escape, join, render
 from undoproxy.admin.views import session_json, step_json
 from undoproxy.approvals.queue import ApprovalQueue
@@ -18,6 +19,7 @@ from undoproxy.store.journal import Journal
 
 DECIDED_SHOWN = 20
 ROLLBACK_STATES = frozenset({"open", "rollback_incomplete"})
+FROZEN = el("span", "frozen", class_="state state-frozen", title="mutations refused")
 _HIDDEN = Markup("hidden")
 _SHOWN = Markup("")
 
@@ -214,6 +216,7 @@ async def sessions_main(journal: Journal, queue: ApprovalQueue | None) -> Markup
                 el(
                     "td",
                     el("span", s["state"].replace("_", " "), class_=f"state state-{s['state']}"),
+                    *([" ", FROZEN] if s["frozen"] else []),
                 ),
                 el("td", s["intent"] or "-"),
                 el("td", s["steps"], class_="num"),
@@ -244,6 +247,36 @@ def _compensation(comp: dict[str, Any] | None) -> tuple[Markup, Markup]:
         else Markup("")
     )
     return what, shown
+
+
+def _status(step: dict[str, Any]) -> Markup:
+    """A step's status; who resolved it and why, or a control to resolve it."""
+    status = step["status"]
+    shown = el("span", status, class_=f"state state-{status}", title=step["error"])
+    resolved = step.get("resolved")
+    if resolved:
+        note = el(
+            "div",
+            "by ",
+            el("strong", resolved["by"]),
+            " ",
+            when(resolved["at"], short=True),
+            ": ",
+            resolved["reason"],
+            class_="resolved",
+        )
+        return join([shown, note])
+    if step["mutation"] and status in RESOLVABLE:
+        button = el(
+            "button",
+            "Resolve…",
+            type="button",
+            class_="resolve small",
+            data_step=step["id"],
+            title="I undid this step by hand",
+        )
+        return join([shown, " ", button])
+    return shown
 
 
 def steps_table(steps: list[dict[str, Any]]) -> Markup:
@@ -285,10 +318,7 @@ def steps_table(steps: list[dict[str, Any]]) -> Markup:
                 ),
                 el("td", s["rule"] or "-"),
                 el("td", s["risk"] or "-"),
-                el(
-                    "td",
-                    el("span", s["status"], class_=f"state state-{s['status']}", title=s["error"]),
-                ),
+                el("td", _status(s)),
                 el("td", s["response_status"] or "-", class_="num"),
                 el("td", comp),
                 el("td", comp_status),
@@ -304,7 +334,7 @@ def steps_table(steps: list[dict[str, Any]]) -> Markup:
 
 
 async def timeline_main(journal: Journal, session_id: str) -> Markup | None:
-    """A session's timeline and its rollback button (None: no such session)."""
+    """A session's timeline, its rollback and freeze buttons (None: no such session)."""
     session = journal.sessions.get(session_id)
     if session is None:
         return None
@@ -315,6 +345,9 @@ async def timeline_main(journal: Journal, session_id: str) -> Markup | None:
         id=session.id,
         state=session.state,
         state_label=session.state.replace("_", " "),
+        frozen_badge=FROZEN if session.frozen else Markup(""),
+        frozen="1" if session.frozen else "",
+        freeze_label="Unfreeze" if session.frozen else "Freeze",
         intent=session.intent or "-",
         agent=session.agent or "-",
         steps=len(steps),

@@ -1,4 +1,5 @@
-// undoproxy's admin page: live refresh over /api/events, decisions, batch actions, rollback.
+// undoproxy's admin page: live refresh over /api/events, decisions, batch actions, rollback,
+// the kill switch (a session's, and every session's in the header) and resolving steps.
 // No framework, no build step. HTML inserted here always comes from the server (escaped
 // there); anything this script builds itself is set with textContent.
 "use strict";
@@ -65,6 +66,7 @@
   function showSignin(message) {
     document.getElementById("nav").hidden = true;
     document.getElementById("who").hidden = true;
+    document.getElementById("kill").hidden = true;
     const form = document.getElementById("signin-template").content.cloneNode(true);
     const main = document.getElementById("main");
     main.replaceChildren(form);
@@ -178,6 +180,14 @@
     stream = controller;
     const dispatch = (kind, data) => {
       if (kind === "approval") updatePendingCount().catch(() => {});
+      if (kind === "freeze") {
+        try {
+          showFrozenAll(Boolean(JSON.parse(data).all));
+        } catch (_) {
+          updateFrozenAll().catch(() => {});
+        }
+        return;
+      }
       if (view === "approvals" ? kind === "approval" : concerns(kind, { data })) schedule();
     };
     const offline = () => {
@@ -192,6 +202,7 @@
         live.textContent = "live";
         live.classList.add("on");
         schedule(); // catch up on anything missed while disconnected
+        updateFrozenAll().catch(() => {});
         const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
         let buffer = "";
         for (;;) {
@@ -282,6 +293,12 @@
     const button = document.getElementById("rollback");
     const next = fresh.querySelector("#rollback");
     if (button && next && !button.classList.contains("busy")) button.disabled = next.disabled;
+    const freeze = document.getElementById("freeze");
+    const nextFreeze = fresh.querySelector("#freeze");
+    if (freeze && nextFreeze && !freeze.classList.contains("busy")) {
+      freeze.dataset.frozen = nextFreeze.dataset.frozen;
+      freeze.textContent = nextFreeze.textContent;
+    }
   }
 
   function highlight() {
@@ -404,6 +421,93 @@
     }
   }
 
+  // --- kill switch ---------------------------------------------------------------------
+
+  function showFrozenAll(on) {
+    const button = document.getElementById("freeze-all");
+    document.getElementById("frozen-all").hidden = !on;
+    if (button.classList.contains("busy")) return;
+    button.dataset.frozen = on ? "1" : "";
+    button.textContent = on ? "Unfreeze all" : "Freeze all";
+  }
+
+  async function updateFrozenAll() {
+    const info = await api("GET", "/api/info");
+    showFrozenAll(Boolean(info.frozen_all));
+  }
+
+  async function freezeAll(button) {
+    const on = !button.dataset.frozen;
+    const question = on
+      ? "Freeze every session? Every mutation is refused (403) and every held request denied until you unfreeze; reads still pass."
+      : "Unfreeze every session? Mutations go through the rules again (sessions frozen one by one stay frozen).";
+    if (!confirm(question)) return;
+    const error = document.getElementById("freeze-all-error");
+    button.disabled = true;
+    button.classList.add("busy");
+    try {
+      const answer = await api("POST", on ? "/api/freeze" : "/api/unfreeze", {});
+      button.classList.remove("busy");
+      showFrozenAll(answer.frozen_all);
+      showError(error, "");
+    } catch (e) {
+      showError(error, `${on ? "Freeze" : "Unfreeze"} failed: ${e.message}`);
+    } finally {
+      button.classList.remove("busy");
+      button.disabled = false;
+    }
+  }
+
+  async function freezeSession(button) {
+    const id = button.dataset.session;
+    const on = !button.dataset.frozen;
+    const question = on
+      ? `Freeze session ${id}? Its mutations are refused (403) and its held requests denied until you unfreeze it; reads still pass.`
+      : `Unfreeze session ${id}? Its mutations go through the rules again.`;
+    if (!confirm(question)) return;
+    const error = document.getElementById("freeze-error");
+    button.disabled = true;
+    button.classList.add("busy");
+    try {
+      const verb = on ? "freeze" : "unfreeze";
+      const answer = await api("POST", `/api/sessions/${encodeURIComponent(id)}/${verb}`, {});
+      button.dataset.frozen = answer.frozen ? "1" : "";
+      button.textContent = answer.frozen ? "Unfreeze" : "Freeze";
+      showError(error, "");
+    } catch (e) {
+      showError(error, `${on ? "Freeze" : "Unfreeze"} failed: ${e.message}`);
+    } finally {
+      button.classList.remove("busy");
+      button.disabled = false;
+      schedule();
+    }
+  }
+
+  // --- resolving a step a person undid by hand -----------------------------------------
+
+  async function resolveStep(button) {
+    const id = button.dataset.step;
+    const known = document.getElementById(`step-${id}`)?.dataset || {};
+    const what = [known.seq ? `#${known.seq}` : id, known.method, known.url].filter(Boolean).join(" ");
+    const reason = prompt(`Resolve step ${what}: how was it undone by hand? (recorded with your name)`);
+    if (reason === null) return;
+    const error = document.getElementById("resolve-error");
+    if (!reason.trim()) {
+      showError(error, "Give a reason to resolve a step: how it was undone.");
+      return;
+    }
+    button.disabled = true;
+    try {
+      await api("POST", `/api/steps/${encodeURIComponent(id)}/resolve`, { reason: reason.trim() });
+      showError(error, "");
+    } catch (e) {
+      showError(error, `Resolve failed: ${e.message}`);
+      button.disabled = false;
+    } finally {
+      schedule();
+    }
+  }
+
   // --- wiring --------------------------------------------------------------------------
 
   document.addEventListener("click", (event) => {
@@ -416,6 +520,12 @@
       batch(button.dataset.batch);
     } else if (button.id === "rollback") {
       rollback(button);
+    } else if (button.id === "freeze") {
+      freezeSession(button);
+    } else if (button.id === "freeze-all") {
+      freezeAll(button);
+    } else if (button.classList.contains("resolve") && button.dataset.step) {
+      resolveStep(button);
     }
   });
 
@@ -430,6 +540,7 @@
   function start() {
     document.getElementById("nav").hidden = false;
     document.getElementById("who").hidden = false;
+    document.getElementById("kill").hidden = false;
     document.getElementById("user").textContent = signedIn.name;
     document.getElementById("signout").onclick = signOutClicked;
     document.title = title;
