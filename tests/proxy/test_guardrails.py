@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +216,11 @@ def test_rules_explain_shows_hold_irreversible_and_hold_at(tmp_path: Path) -> No
             "config.yaml:4: guard: unknown key(s) max_mutation",
         ),
         ("approvals:\n  hold_at: medium\n", "config.yaml:2: approvals.hold_at"),
+        (
+            "guard:\n  repeat: {count: 2, window: 0s}\n",
+            "config.yaml:2: guard.repeat: repeat.window must be more than zero",
+        ),
+        ("guard:\n  max_mutations: ten\n", "config.yaml:2: guard.max_mutations: limit"),
     ],
 )
 def test_guard_config_errors_name_file_and_line(tmp_path: Path, config: str, error: str) -> None:
@@ -226,3 +234,67 @@ def test_guard_config_errors_name_file_and_line(tmp_path: Path, config: str, err
     )
     assert run.returncode != 0
     assert error in run.stderr + run.stdout
+
+
+def test_a_budget_is_exact_under_concurrency(
+    tmp_path: Path, plain_upstream: ThreadedServer, session_id: str
+) -> None:
+    """50 agents of one session post at once against max_mutations: 10: exactly 10 reach
+    the upstream, 40 are refused, none is lost."""
+    instance = Undoproxy(tmp_path, {"guard": {"max_mutations": 10}}).start()
+    try:
+        marker = uuid.uuid4().hex
+        url = f"{plain_upstream.base_url}/burst/{marker}"
+
+        def post(n: int) -> int:
+            with instance.agent(session_id) as agent:
+                return agent.post(url, json={"n": n}, timeout=60).status_code
+
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            codes = list(pool.map(post, range(50)))
+    finally:
+        instance.stop()
+    assert sorted(codes) == [200] * 10 + [403] * 40
+    assert len(_posts(plain_upstream, marker)) == 10
+
+
+def test_after_the_freeze_answers_not_one_more_mutation_reaches_the_upstream(
+    proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
+) -> None:
+    """20 agents keep posting while a freeze lands: once the freeze call has answered, the
+    upstream gets nothing more; reads still pass."""
+    marker = uuid.uuid4().hex
+    url = f"{plain_upstream.base_url}/freeze/{marker}"
+    stop = threading.Event()
+    answers: list[int] = []
+
+    def agent_loop(n: int) -> None:
+        with proxy.agent(session_id) as agent:
+            while not stop.is_set():
+                answers.append(agent.post(url, json={"agent": n}, timeout=60).status_code)
+
+    threads = [threading.Thread(target=agent_loop, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    while len(answers) < 40:  # the agents are busy writing
+        time.sleep(0.01)
+    frozen = proxy.api("POST", f"/api/sessions/{session_id}/freeze", json={})
+    assert frozen.status_code == 200, frozen.text
+    arrived_at_freeze = len(_posts(plain_upstream, marker))
+    refused_before = answers.count(403)
+    while answers.count(403) < refused_before + 40:  # they keep trying, and are refused
+        time.sleep(0.01)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    # A request already past the gate when the freeze answered may still land: at most one
+    # per agent. Nothing started after the freeze does.
+    assert len(_posts(plain_upstream, marker)) <= arrived_at_freeze + len(threads)
+    settled = len(_posts(plain_upstream, marker))
+    assert settled == answers.count(200)  # every refused request stayed here, none was lost
+    with proxy.agent(session_id) as agent:
+        refused = agent.post(url, json={"late": True})
+        read = agent.get(url)
+    assert refused.status_code == 403 and refused.json()["error"] == "undoproxy_frozen"
+    assert read.status_code == 200
+    assert len(_posts(plain_upstream, marker)) == settled
