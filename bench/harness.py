@@ -207,7 +207,12 @@ class Undoproxy(Child):
 
     name = "undoproxy"
 
-    def __init__(self, directory: Path, rules: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        rules: list[dict[str, Any]] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.state_dir = directory / "state"
         config: dict[str, Any] = {
@@ -217,6 +222,7 @@ class Undoproxy(Child):
             "store": {"path": str(directory / "journal.db")},
             "approvals": {"timeout": "600s"},
             "rules": rules or [],
+            **(extra or {}),
         }
         self.config_path = directory / "config.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
