@@ -145,13 +145,18 @@ def _pairs(query: str) -> list[tuple[str, str]]:
 
 def urls_in(value: Any) -> set[str]:
     """Every absolute http(s) URL among the strings of a JSON-like value."""
-    if isinstance(value, str):
-        return {value} if value.startswith(("http://", "https://")) else set()
-    if isinstance(value, dict):
-        return set().union(*(urls_in(v) for v in value.values())) if value else set()
-    if isinstance(value, list):
-        return set().union(*(urls_in(v) for v in value)) if value else set()
-    return set()
+    found: set[str] = set()
+    stack = [value]
+    while stack:  # iterative: called for every mutation, twice
+        item = stack.pop()
+        if isinstance(item, str):
+            if item.startswith(("http://", "https://")):
+                found.add(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
 
 
 def url_secrets(urls: Iterable[str]) -> dict[str, str]:
