@@ -7,8 +7,11 @@ what a later rollback sends.
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -366,3 +369,40 @@ def test_resolve_of_an_unknown_step_is_404_and_the_cli_needs_a_reason(proxy: Und
     assert done.returncode == 1 and "no step 'st_nope'" in done.stderr
     missing = proxy.cli("resolve", "st_nope")
     assert missing.returncode == 2 and "--reason" in missing.stderr
+
+
+@pytest.mark.xfail(
+    reason="proxy side, not done yet: a mutation past the gate before the freeze, still in its "
+    "write-ahead, is forwarded after the freeze answer (1-2 of ~50 here); the journaling addon "
+    "must check the switch again once its write-ahead is committed, before forwarding",
+    strict=False,
+)
+def test_after_the_freeze_answer_not_one_more_mutation_reaches_the_upstream(
+    proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
+) -> None:
+    marker = uuid.uuid4().hex
+    url = f"{tls_upstream.base_url}/race/{marker}"
+    started = threading.Barrier(21)
+
+    def agent(n: int) -> int:
+        """Post until refused; how many were accepted."""
+        accepted = 0
+        with proxy.agent(session_id) as s:
+            started.wait(30)
+            while True:
+                r = s.post(url, json={"agent": n, "i": accepted}, timeout=30)
+                if r.status_code != 200:
+                    assert r.json()["error"] == "undoproxy_frozen", r.text
+                    return accepted
+                accepted += 1
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        agents = [pool.submit(agent, n) for n in range(20)]
+        started.wait(30)
+        while len(_writes(tls_upstream, marker)) < 40:  # they are all going
+            time.sleep(0.01)
+        r = proxy.api("POST", f"/api/sessions/{session_id}/freeze")
+        assert r.status_code == 200, r.text
+        at_answer = len(_writes(tls_upstream, marker))
+        accepted = sum(f.result(60) for f in agents)
+    assert len(_writes(tls_upstream, marker)) == at_answer == accepted
