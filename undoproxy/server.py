@@ -37,6 +37,7 @@ from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
+from undoproxy.inflight import InFlight
 from undoproxy.proxy.gate import Gate
 from undoproxy.proxy.guard import FailClosed
 from undoproxy.proxy.holds import Holds
@@ -112,6 +113,7 @@ async def start(config: Config) -> Running:
         auto=config.defaults_compensate == "auto",
     )
     approvals = ApprovalQueue(journal, Webhooks(config.approvals_notify))
+    inflight = InFlight()  # mutations forwarded and not yet answered: freeze/rollback wait
     await approvals.recover()  # before serving: what the last run left pending has expired
     holds = Holds(
         approvals,
@@ -138,7 +140,7 @@ async def start(config: Config) -> Running:
         ),
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
-        JournalAddon(journal),
+        JournalAddon(journal, inflight),
     ]
     master.addons.add(
         core.Core(),
@@ -163,7 +165,10 @@ async def start(config: Config) -> Running:
         proxy_address=config.proxy_listen,
     )
     context.approvals = approvals
-    context.rollback = Rollback(journal, UpstreamClient(insecure=config.upstream_insecure), box)
+    context.inflight = inflight
+    context.rollback = Rollback(
+        journal, UpstreamClient(insecure=config.upstream_insecure), box, inflight=inflight
+    )
 
     app = create_app(context, extra_routes=listener_routes.ROUTES)
     app[listener_routes.LISTENERS] = listeners

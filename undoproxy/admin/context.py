@@ -9,6 +9,7 @@ from aiohttp import web
 
 from undoproxy.approvals.queue import ApprovalQueue
 from undoproxy.config import Config
+from undoproxy.inflight import InFlight
 from undoproxy.rollback import Rollback
 from undoproxy.store.journal import Journal
 
@@ -25,6 +26,7 @@ class AdminContext:
     proxy_address: tuple[str, int]
     rollback: Rollback | None = None
     approvals: ApprovalQueue | None = None
+    inflight: InFlight | None = None  # the proxy's forwarded, unanswered mutations
 
     def proxy_url(self, session_id: str | None = None, token: str | None = None) -> str:
         """The proxy URL an agent sets, with credentials when a session is given."""

@@ -68,7 +68,12 @@ async def freeze_session(request: web.Request) -> web.Response:
     denied = 0
     if ctx.approvals is not None:
         denied = await ctx.approvals.deny_session(session.id, FROZEN_SESSION)
-    return web.json_response({**session_json(session), "denied": denied})
+    # Answer once nothing of the session is still on its way upstream: from this answer on,
+    # the upstream receives no mutation of it.
+    travelling = await ctx.inflight.drained(session.id) if ctx.inflight else 0
+    return web.json_response(
+        {**session_json(session), "denied": denied, "still_in_flight": travelling}
+    )
 
 
 async def unfreeze_session(request: web.Request) -> web.Response:
@@ -88,7 +93,8 @@ async def freeze_all(request: web.Request) -> web.Response:
     denied = 0
     if ctx.approvals is not None:
         denied = await ctx.approvals.deny_all(FROZEN_ALL)
-    return web.json_response({"frozen_all": True, "denied": denied})
+    travelling = await ctx.inflight.drained() if ctx.inflight else 0
+    return web.json_response({"frozen_all": True, "denied": denied, "still_in_flight": travelling})
 
 
 async def unfreeze_all(request: web.Request) -> web.Response:

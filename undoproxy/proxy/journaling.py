@@ -16,6 +16,7 @@ from mitmproxy import http
 
 from undoproxy import redact
 from undoproxy.errors import JournalError
+from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import irreversible_reason, new_step, record_meta, response_fields
@@ -28,8 +29,9 @@ log = logging.getLogger(__name__)
 class JournalAddon:
     """Journals every request of every session."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, inflight: InFlight | None = None) -> None:
         self.journal = journal
+        self.inflight = inflight or InFlight()
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Write mutations ahead; record requests undoproxy answered itself."""
@@ -55,6 +57,13 @@ class JournalAddon:
                 await self.journal.update_now(
                     state.step, status="pending", meta=meta, **state.pending_fields
                 )
+            # The write-ahead was awaited: the session may have been frozen, committed or
+            # rolled back meanwhile. Checked here, with no await before it is forwarded, so a
+            # freeze or rollback either refuses it or finds it in flight and waits for it.
+            if self._refused_now(flow, state):
+                return
+            self.inflight.started(state.session_id)
+            state.in_flight = True
         except JournalError as exc:
             log.error(
                 "not forwarding %s %s: %s",
@@ -64,6 +73,29 @@ class JournalAddon:
             )
             state.answered = True
             flow.response = answers.journal_unavailable(str(exc))
+
+    def _refused_now(self, flow: http.HTTPFlow, state: FlowState) -> bool:
+        session = self.journal.sessions.get(state.session_id)
+        if self.journal.frozen_all or (session is not None and session.frozen):
+            scope = "all" if self.journal.frozen_all else "session"
+            flow.response = answers.frozen(state.session_id, scope)
+            why = "frozen while it was being journaled: not forwarded"
+        elif session is not None and session.state != "open":
+            flow.response = answers.session_closed(session.id, session.state)
+            why = f"the session became {session.state} while it was being journaled: not forwarded"
+        else:
+            return False
+        state.answered = True
+        if state.step is not None:
+            self.journal.update(
+                state.step, status="denied", response_status=flow.response.status_code, error=why
+            )
+        return True
+
+    def _landed(self, state: FlowState) -> None:
+        if state.in_flight:
+            state.in_flight = False
+            self.inflight.ended(state.session_id)
 
     @staticmethod
     def _say_irreversible(state: FlowState, meta: dict[str, object] | None) -> None:
@@ -83,6 +115,8 @@ class JournalAddon:
     def response(self, flow: http.HTTPFlow) -> None:
         """Record the outcome."""
         state = state_of(flow)
+        if state is not None:
+            self._landed(state)
         if state is None or state.answered:
             return
         fields = response_fields(flow, state)
@@ -97,6 +131,8 @@ class JournalAddon:
     def error(self, flow: http.HTTPFlow) -> None:
         """The upstream could not be reached or the connection broke."""
         state = state_of(flow)
+        if state is not None:
+            self._landed(state)
         if state is None or state.answered:
             return
         message = flow.error.msg if flow.error else "connection error"

@@ -27,6 +27,7 @@ class FlowState:
     hold_reason: str | None = None  # why it is held, when not the rule itself
     intent: str | None = None  # X-Undoproxy-Intent, stripped before forwarding
     sealed_urls: frozenset[str] = frozenset()  # URLs whose full form the credentials keep
+    in_flight: bool = False  # forwarded, answer not yet in (counted in undoproxy/inflight.py)
     step: Step | None = None
     answered: bool = False  # undoproxy answered the agent itself (403, 407, 503, 502)
     journaled: bool = True  # False for a 407: no session, nothing to attribute

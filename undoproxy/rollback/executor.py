@@ -31,6 +31,7 @@ from undoproxy.compensators.model import parse_json
 from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
 from undoproxy.errors import JournalError, UndoproxyError
+from undoproxy.inflight import InFlight
 from undoproxy.retry import RetryPolicy
 from undoproxy.rollback.compare import ABSENT, PRESENT
 from undoproxy.rollback.judge import RESOLVE, Go, Judge, RunState, target_key
@@ -71,10 +72,12 @@ class Rollback:
         client: UpstreamClient,
         box: CredentialBox,
         policy: RetryPolicy | None = None,
+        inflight: InFlight | None = None,
     ) -> None:
         self.journal = journal
         self.client = client
         self.box = box
+        self.inflight = inflight
         self.policy = policy or RetryPolicy()
         self.judge = Judge(client, box, self.policy)
         self._running: set[str] = set()
@@ -103,6 +106,11 @@ class Rollback:
             if not dry_run:
                 await self.journal.set_session_state(session_id, "rolling_back")
                 started = True
+                if self.inflight is not None:
+                    # The session takes no more mutations now; those already on their way
+                    # upstream are waited for, so that each is undone, not left in place.
+                    await self.inflight.drained(session_id)
+                    await self.journal.writer.flush()
             steps = await self.journal.steps(session_id, mutations_only=True)
             run = RunState(force, dry_run)
             results = []

@@ -170,8 +170,12 @@ class Journal:
 
     async def set_frozen_all(self, frozen: bool) -> None:
         """The global kill switch, durably (awaited): every session's mutations refused."""
-        await self.set_setting(FREEZE_ALL, "1" if frozen else None)
-        self.frozen_all = frozen
+        before, self.frozen_all = self.frozen_all, frozen  # at once: the proxy sees it now
+        try:
+            await self.set_setting(FREEZE_ALL, "1" if frozen else None)
+        except JournalError:
+            self.frozen_all = before
+            raise
         self.events.publish("freeze", {"all": frozen})
 
     async def setting(self, name: str) -> str | None:
