@@ -148,7 +148,7 @@ async def start(config: Config) -> Running:
         next_layer.NextLayer(),
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
-        guard := FailClosed(ours, journal),
+        guard := FailClosed(ours, journal, inflight),
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held
     # request never even opens a connection to its upstream.

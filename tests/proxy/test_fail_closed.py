@@ -243,3 +243,22 @@ async def test_a_snapshot_url_that_cannot_be_parsed_blocks_the_write(
         assert not [r for r in received(tls_upstream) if r.path == marker]
     finally:
         await server.stop(app)
+
+
+async def test_a_fault_after_forwarding_does_not_leave_the_mutation_counted_in_flight(
+    running: server.Running, tls_upstream: ThreadedServer
+) -> None:
+    # Otherwise a freeze of the session would wait for an answer that was already given.
+    snapshots = next(a for a in running.guard.chain if type(a).__name__ == "Snapshots")
+
+    def boom(*args: Any) -> None:
+        raise RuntimeError("injected fault")
+
+    snapshots.response = boom
+    agent = _agent(running, "inflight")
+    answer = await asyncio.to_thread(
+        agent.put, f"{tls_upstream.base_url}/inflight/{uuid.uuid4().hex}", json={}, timeout=30
+    )
+    assert answer.status_code == 502
+    assert running.context.inflight is not None
+    assert running.context.inflight.pending("inflight") == 0

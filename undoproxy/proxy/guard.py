@@ -29,6 +29,7 @@ from typing import Any
 from mitmproxy import connection, http
 
 from undoproxy import redact
+from undoproxy.inflight import InFlight
 from undoproxy.methods import is_mutation
 from undoproxy.proxy import answers
 from undoproxy.proxy.state import KEY, FlowState, state_of
@@ -49,7 +50,9 @@ class FailClosed:
 
     name = "undoproxy"
 
-    def __init__(self, chain: Sequence[Any], journal: Journal) -> None:
+    def __init__(
+        self, chain: Sequence[Any], journal: Journal, inflight: InFlight | None = None
+    ) -> None:
         unknown = {
             f"{type(a).__name__}.{h}"
             for a in chain
@@ -60,6 +63,7 @@ class FailClosed:
             raise TypeError(f"hooks not handled by FailClosed: {', '.join(sorted(unknown))}")
         self.chain = list(chain)
         self.journal = journal
+        self.inflight = inflight
         self.failures = 0
 
     # --- flow hooks -----------------------------------------------------------------------
@@ -167,6 +171,9 @@ class FailClosed:
         error = f"undoproxy internal error in {where}: {type(exc).__name__}"
         try:
             state = state_of(flow)
+            if state is not None and state.in_flight and self.inflight is not None:
+                state.in_flight = False  # its answer is in: a freeze must not wait for it
+                self.inflight.ended(state.session_id)
             if state is None:  # identity itself failed: the request is filed under default
                 state = FlowState("default", is_mutation(flow.request.method))
                 flow.metadata[KEY] = state
