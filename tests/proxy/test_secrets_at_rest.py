@@ -40,7 +40,9 @@ def test_a_query_string_key_is_kept_encrypted_and_rollback_still_restores(
         assert SECRET.encode() not in _files(tmp_path)
 
         report = instance.api("POST", f"/api/sessions/{session_id}/rollback").json()
-        assert report["state"] == "rolled_back", [(s["status"], s["detail"]) for s in report["steps"]]
+        assert report["state"] == "rolled_back", [
+            (s["status"], s["detail"]) for s in report["steps"]
+        ]
         assert state.items == {"7": {"id": "7", "name": "Ada"}}
         assert SECRET.encode() not in _files(tmp_path)
     finally:
