@@ -141,9 +141,7 @@ class SessionIdentity:
         _strip(headers)
         if session_id not in self.journal.sessions:
             self.journal.ensure_session(session_id)
-        flow.metadata[KEY] = FlowState(
-            session_id, is_mutation(flow.request.method), intent=intent
-        )
+        flow.metadata[KEY] = FlowState(session_id, is_mutation(flow.request.method), intent=intent)
 
     def client_disconnected(self, client: connection.Client) -> None:
         """Forget a closed tunnel."""
