@@ -6,6 +6,7 @@ level); CI installs it, so they never skip there.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,10 @@ PAGE_KEY = "undoproxy.page"  # the page's sessionStorage entry
 
 
 def require_chromium() -> None:
-    """Skip the calling module when Chromium is not installed."""
+    """Skip the calling module when Chromium is not installed; in CI (`CI=true`, where
+    `.ci/run` installs it) a missing Chromium is a failure, never a silent skip."""
     if not CHROMIUM.exists():
-        pytest.skip(f"Chromium not installed: {CHROMIUM} is missing", allow_module_level=True)
+        why = f"Chromium not installed: {CHROMIUM} is missing"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why, allow_module_level=True)
