@@ -82,8 +82,6 @@ def test_a_config_rule_overrides_a_pack_rule_by_coming_first(tmp_path: Path) -> 
 
 
 def test_hosts_puts_a_pack_on_other_hosts_with_its_enterprise_prefix(tmp_path: Path) -> None:
-    if "github" not in builtin_names():
-        pytest.skip("the github pack is not here")
     config = load_config(_config(tmp_path, "packs:\n  - {name: github, hosts: [ghe.corp.test]}\n"))
     url = "https://ghe.corp.test/api/v3/repos/acme/web/issues"
     found = config.rules.match(RequestView.from_parts("POST", url, {}, b"{}"))
