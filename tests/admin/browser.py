@@ -6,10 +6,9 @@ level); CI installs it, so they never skip there.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
+from tests.support.ci import skip_or_fail
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -30,7 +29,4 @@ def require_chromium() -> None:
     """Skip the calling module when Chromium is not installed; in CI (`CI=true`, where
     `.ci/run` installs it) a missing Chromium is a failure, never a silent skip."""
     if not CHROMIUM.exists():
-        why = f"Chromium not installed: {CHROMIUM} is missing"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why, pytrace=False)
-        pytest.skip(why, allow_module_level=True)
+        skip_or_fail(f"Chromium not installed: {CHROMIUM} is missing", module=True)

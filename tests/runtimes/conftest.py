@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 import requests
@@ -37,6 +37,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.support import upstream
 from tests.support.certs import server_context
+from tests.support.ci import skip_or_fail
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -62,22 +63,12 @@ _CLEARED = (
 )
 
 
-def skip_or_fail(why: str) -> NoReturn:
-    """Skip locally; in CI (CI=true) a missing runtime is a failure, never a silent pass."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(why)
-    pytest.skip(why)
-
-
 def need(tool: str) -> str:
     """The tool's path; a missing one skips locally and fails in CI (CI=true)."""
     path = shutil.which(tool)
     if path:
         return path
-    why = f"{tool} is not installed (.ci/run installs it)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(why)
-    pytest.skip(why)
+    skip_or_fail(f"{tool} is not installed (.ci/run installs it)")
 
 
 def need_module(name: str) -> None:
@@ -85,10 +76,7 @@ def need_module(name: str) -> None:
     try:
         __import__(name)
     except ImportError:
-        why = f"the Python package {name} is not installed (pip install -e '.[test]')"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+        skip_or_fail(f"the Python package {name} is not installed (pip install -e '.[test]')")
 
 
 @pytest.fixture(scope="module")
