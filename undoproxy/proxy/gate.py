@@ -69,7 +69,7 @@ class Gate:
         if state is None or flow.response is not None:
             return
         self._decide(flow, state)  # first: a rule may say what kind of request this is
-        if self._refuse_if_frozen(flow, state) or self._refuse_if_closed(flow, state):
+        if self.journal is not None and refuse_if_stopped(self.journal, flow, state, "already"):
             return
         rule = state.rule
         if state.is_mutation and state.action != "deny":
@@ -98,8 +98,8 @@ class Gate:
                 )
                 return
             await self.holder.hold(flow, state, rule.timeout if rule else None)
-            if flow.response is None:  # approved: the session may have closed or frozen
-                self._refuse_if_frozen(flow, state) or self._refuse_if_closed(flow, state)
+            if flow.response is None and self.journal is not None:  # approved meanwhile?
+                refuse_if_stopped(self.journal, flow, state, "by the time it was approved")
         if flow.response is None and state.is_mutation:
             self.budgets.record(state.session_id, rule)
 
@@ -137,39 +137,35 @@ class Gate:
                 state.session_id,
             )
 
-    def _refuse_if_frozen(self, flow: http.HTTPFlow, state: FlowState) -> bool:
-        """Answer 403 to a mutation while its session, or everything, is frozen."""
-        if not state.is_mutation or self.journal is None:
-            return False
-        session = self.journal.sessions.get(state.session_id)
-        scope = "all" if self.journal.frozen_all else "session"
-        if not self.journal.frozen_all and (session is None or not session.frozen):
-            return False
-        state.answered = True
-        flow.response = answers.frozen(state.session_id, scope)
-        if state.step is not None:  # held, then approved while the switch was thrown
-            self.journal.update(
-                state.step, status="denied", response_status=403, error="frozen: not forwarded"
-            )
-        return True
 
-    def _refuse_if_closed(self, flow: http.HTTPFlow, state: FlowState) -> bool:
-        """Answer 409 to a mutation of a session that takes no more (True when it did)."""
-        session = self.journal.sessions.get(state.session_id) if self.journal else None
-        if not state.is_mutation or session is None or session.state in OPEN_STATES:
-            return False
-        # Committed, or being (or already) rolled back: a write now would land after the
-        # rollback's report, or inside a transaction that was closed.
-        state.answered = True
+def refuse_if_stopped(journal: Journal, flow: http.HTTPFlow, state: FlowState, when: str) -> bool:
+    """Answer a mutation its session may not make now, and say so (True when it did).
+
+    403 `undoproxy_frozen` while the session, or everything, is frozen; 409
+    `undoproxy_session_closed` once it is committed or being (or was) rolled back: a write
+    then would land after the rollback's report, or inside a closed transaction. A step
+    already journaled (held, or written ahead) becomes `denied`; `when` says when it was
+    found, for the step's error. The gate asks before deciding and after a hold, the
+    journal addon once more right before forwarding.
+    """
+    if not state.is_mutation:
+        return False
+    session = journal.sessions.get(state.session_id)
+    if journal.frozen_all or (session is not None and session.frozen):
+        scope = "all" if journal.frozen_all else "session"
+        flow.response = answers.frozen(state.session_id, scope)
+        why = f"frozen {when}: not forwarded"
+    elif session is not None and session.state not in OPEN_STATES:
         flow.response = answers.session_closed(session.id, session.state)
-        if state.step is not None and self.journal is not None:  # held, then approved
-            self.journal.update(
-                state.step,
-                status="denied",
-                response_status=409,
-                error=f"approved, but the session was {session.state} meanwhile: not forwarded",
-            )
-        return True
+        why = f"the session was {session.state} {when}: not forwarded"
+    else:
+        return False
+    state.answered = True
+    if state.step is not None:
+        journal.update(
+            state.step, status="denied", response_status=flow.response.status_code, error=why
+        )
+    return True
 
 
 def _why(state: FlowState) -> str:

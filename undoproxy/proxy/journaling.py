@@ -18,6 +18,7 @@ from undoproxy import redact
 from undoproxy.errors import JournalError
 from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
+from undoproxy.proxy.gate import refuse_if_stopped
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import irreversible_reason, new_step, record_meta, response_fields
 from undoproxy.store.journal import Journal
@@ -60,7 +61,7 @@ class JournalAddon:
             # The write-ahead was awaited: the session may have been frozen, committed or
             # rolled back meanwhile. Checked here, with no await before it is forwarded, so a
             # freeze or rollback either refuses it or finds it in flight and waits for it.
-            if self._refused_now(flow, state):
+            if refuse_if_stopped(self.journal, flow, state, "while it was being journaled"):
                 return
             self.inflight.started(state.session_id)
             state.in_flight = True
@@ -73,24 +74,6 @@ class JournalAddon:
             )
             state.answered = True
             flow.response = answers.journal_unavailable(str(exc))
-
-    def _refused_now(self, flow: http.HTTPFlow, state: FlowState) -> bool:
-        session = self.journal.sessions.get(state.session_id)
-        if self.journal.frozen_all or (session is not None and session.frozen):
-            scope = "all" if self.journal.frozen_all else "session"
-            flow.response = answers.frozen(state.session_id, scope)
-            why = "frozen while it was being journaled: not forwarded"
-        elif session is not None and session.state != "open":
-            flow.response = answers.session_closed(session.id, session.state)
-            why = f"the session became {session.state} while it was being journaled: not forwarded"
-        else:
-            return False
-        state.answered = True
-        if state.step is not None:
-            self.journal.update(
-                state.step, status="denied", response_status=flow.response.status_code, error=why
-            )
-        return True
 
     def _landed(self, state: FlowState) -> None:
         if state.in_flight:
