@@ -173,6 +173,13 @@ def test_a_request_journaled_on_the_volume_is_rolled_back_by_a_replacement_conta
     listing = first.exec("ls", "/data")
     assert b"undoproxy.db" in listing.stdout.split()
 
+    # The journal is one process's: a second container on the same volume refuses to start.
+    rival = Container(docker, image, *run_args)
+    containers.append(rival)
+    assert rival.wait_exit() != 0
+    assert "undoproxy.db is in use" in rival.logs(), rival.logs()
+    rival.remove()
+
     # Replace the container: stopped cleanly (the journal flushed), removed, and a new one
     # started on the same volume and config.
     assert first.stop() == 0, first.logs()

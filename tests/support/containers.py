@@ -139,6 +139,17 @@ class Container:
                 raise DockerError(f"undoproxy in {self.name} did not start:\n{logs}")
             time.sleep(0.3)
 
+    def wait_exit(self, timeout: float = 90) -> int:
+        """Wait until the container has exited by itself; its exit code."""
+        deadline = time.monotonic() + timeout
+        while (state := self.state()).get("Running"):
+            if time.monotonic() > deadline:
+                raise DockerError(f"{self.name} still runs after {timeout} s:\n{self.logs()}")
+            time.sleep(0.3)
+        code = state["ExitCode"]
+        assert isinstance(code, int)
+        return code
+
     def exec(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
         return self.docker("exec", self.name, *args, timeout=timeout, check=False)
 
