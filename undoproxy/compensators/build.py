@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
-from undoproxy.compensators import packs
+from undoproxy.compensators import email, packs
 from undoproxy.compensators.model import (
     Facts,
     Irreversible,
@@ -265,9 +265,18 @@ def prepare(plan: Plan, facts: Facts) -> Compensation:
 
 def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
     """Fill in what needed the response; record what the agent's write produced."""
+    status = facts.response_status or 0
+    if plan.correction is not None and 200 <= status < 300:
+        # The email went out: what rollback will send its recipients (email pack).
+        blocked = plan.correction_blocked
+        correction = (
+            {"problem": blocked, "subject": plan.correction["subject"]}
+            if blocked
+            else email.correction(facts, plan.correction)
+        )
+        comp = {**comp, "correction": correction}
     if comp.get("reason") or comp.get("noop"):
         return comp
-    status = facts.response_status or 0
     if not 200 <= status < 300:
         return {
             **comp,

@@ -174,6 +174,10 @@ class Plan:
     template: dict[str, Any] | None = None
     reason: str | None = None  # why it is irreversible
     inferred: bool = False  # chosen by defaults.compensate: auto, not by a rule
+    # The email pack's correction, {provider, subject, text} (see compensators/email.py),
+    # and why it cannot be sent when that is known before forwarding (a signed request).
+    correction: dict[str, str] | None = None
+    correction_blocked: str | None = None
 
     @property
     def irreversible(self) -> bool:

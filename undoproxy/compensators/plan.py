@@ -31,7 +31,23 @@ def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, st
 def plan_for(
     request: RequestView, rule: Rule | None, captures: dict[str, str], *, auto: bool
 ) -> Plan:
-    """The compensation plan of a mutation."""
+    """The compensation plan of a mutation (with the email pack's correction, if any)."""
+    plan = _plan_for(request, rule, captures, auto=auto)
+    plan.correction = correction_of(rule)
+    return plan
+
+
+def correction_of(rule: Rule | None) -> dict[str, str] | None:
+    """The correction a rule carries, as plain data for the compensator."""
+    if rule is None or rule.correction is None:
+        return None
+    c = rule.correction
+    return {"provider": c.provider, "subject": c.subject, "text": c.text}
+
+
+def _plan_for(
+    request: RequestView, rule: Rule | None, captures: dict[str, str], *, auto: bool
+) -> Plan:
     compensate: str | dict[str, Any] | None = rule.compensate if rule is not None else None
     try:
         if compensate == "none":

@@ -69,19 +69,21 @@ class CompensationRecord:
     then: tuple[InverseRequest, ...] = ()  # more requests after `request` (one per label, user)
     readback: dict[str, Any] | None = None  # a pack's read-back (see compensators/readback.py)
     inferred: bool = False  # chosen by `defaults.compensate: auto`, not by a rule
+    correction: dict[str, Any] | None = None  # the email pack's (see rollback/correction.py)
 
     @classmethod
     def of(cls, data: Mapping[str, Any] | None) -> CompensationRecord:
         """From the journal's form (None: nothing was recorded)."""
         raw = dict(data or {})
-        ready = bool(raw.get("ready")) and bool(raw.get("method"))
+        sealed_away = _body_unreadable(raw)
+        ready = bool(raw.get("ready")) and bool(raw.get("method")) and not sealed_away
         fallback = raw.get("fallback")
         return cls(
             raw=raw,
             kind=raw.get("kind"),
             request=InverseRequest.of(raw) if ready else None,
             fallback=InverseRequest.of(fallback) if isinstance(fallback, Mapping) else None,
-            reason=raw.get("reason") or None,
+            reason=UNREADABLE_BODY if sealed_away else raw.get("reason") or None,
             noop=raw.get("noop") or None,
             snapshot_url=raw.get("snapshot_url") or None,
             after=raw.get("after") or None,
@@ -89,4 +91,19 @@ class CompensationRecord:
             then=tuple(InverseRequest.of(r) for r in raw.get("then") or () if isinstance(r, dict)),
             readback=raw.get("readback") if isinstance(raw.get("readback"), dict) else None,
             inferred=bool(raw.get("inferred")),
+            correction=raw.get("correction") if isinstance(raw.get("correction"), dict) else None,
         )
+
+
+UNREADABLE_BODY = (
+    "the body this compensation must send is encrypted with another credentials key (the "
+    "journal was opened by an installation whose state dir key differs): it cannot be sent; "
+    "restore the original key (UNDOPROXY_CREDENTIALS_KEY or <state_dir>/credentials.key) or "
+    "undo this step by hand"
+)
+
+
+def _body_unreadable(raw: Mapping[str, Any]) -> bool:
+    """True when the store could not open a sealed body of this record (store/bodies.py)."""
+    parts: list[Any] = [raw, raw.get("fallback"), *(raw.get("then") or ())]
+    return any(isinstance(p, Mapping) and p.get("body_unreadable") for p in parts)

@@ -147,8 +147,9 @@ class Snapshots:
         state.pending_fields = {
             "snapshot": snapshot_json,
             "compensation": comp,
+            # An irreversible step keeps no credentials, unless a correction is to be sent.
             "credentials": None
-            if plan.irreversible
+            if plan.irreversible and plan.correction is None
             else self._seal(flow, state, comp, snapshot_json),
         }
 
