@@ -192,6 +192,10 @@ def test_a_request_journaled_on_the_volume_is_rolled_back_by_a_replacement_conta
     again = admin(admin_port, token, "GET", f"/api/sessions/{session}")
     assert again.status_code == 200, again.text
     assert [(s["id"], s["method"], s["status"]) for s in again.json()["steps"]] == steps
+    # The CLI inside the container finds the token on /data by itself.
+    cli = second.exec("undoproxy", "show", session, "--admin", f"http://127.0.0.1:{admin_port}")
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert f"session {session}  state: open  steps: 2".encode() in cli.stdout, cli.stdout
 
     # Its rollback needs what the first container kept on /data: the snapshot of item 1 and
     # the agent's credentials, encrypted with the volume's credentials key.
