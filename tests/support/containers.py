@@ -24,7 +24,7 @@ BASE_IMAGE = os.environ.get("UNDOPROXY_BASE_IMAGE", "undoproxy-base:bookworm")
 SETUP = "docker/ci-setup.sh"
 # The CA bundle pip trusts during the build (PyPI may be reached through a TLS-inspecting
 # proxy whose CA only the host knows); given to the build as a secret, not kept in the image.
-HOST_CA_BUNDLE = os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
+HOST_CA_BUNDLES = (os.environ.get("SSL_CERT_FILE", ""), "/etc/ssl/certs/ca-certificates.crt")
 _ADDR = re.compile(r"^\s+(proxy|admin)\s+http://([\d.]+):(\d+)", re.M)
 
 
@@ -91,13 +91,22 @@ class Docker:
         output goes to `log`."""
         args = ["build", "--progress", "plain", "--network", "host"]
         args += ["--build-arg", f"BASE={BASE_IMAGE}", "-t", tag]
-        if Path(HOST_CA_BUNDLE).is_file():
-            args += ["--secret", f"id=ca-bundle,src={HOST_CA_BUNDLE}"]
+        bundle = next((b for b in HOST_CA_BUNDLES if b and Path(b).is_file()), None)
+        if bundle is not None:
+            args += ["--secret", f"id=ca-bundle,src={bundle}"]
+        previous = self.image_id(tag)
         done = self(*args, str(REPO), timeout=timeout, check=False)
         log.write_bytes(done.stdout + done.stderr)
         if done.returncode != 0:
             tail = log.read_text(errors="replace")[-4000:]
             raise DockerError(f"docker build failed (exit {done.returncode}):\n{tail}")
+        if previous is not None and previous != self.image_id(tag):
+            # The last run's image, untagged now: not kept (the layer cache is kept apart).
+            self("image", "rm", previous, check=False)
+
+    def image_id(self, tag: str) -> str | None:
+        done = self("image", "inspect", "--format", "{{.Id}}", tag, check=False)
+        return done.stdout.decode().strip() or None if done.returncode == 0 else None
 
     def volume(self, prefix: str) -> str:
         """A new named volume (remove it with `volume rm`)."""
