@@ -94,8 +94,8 @@ async def start(config: Config) -> Running:
     _prepare_state_dir(config.state_dir)
     token, generated = admin_token(config)
     events = EventBus()
-    journal = await Journal.open(config.store_path, events)
     box = CredentialBox.from_state_dir(config.state_dir)
+    journal = await Journal.open(config.store_path, events, box)
 
     opts = options.Options(
         listen_host=config.proxy_listen[0],

@@ -11,6 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+UNREADABLE_BODY = (
+    "the body this compensation must send is encrypted with another credentials key (the "
+    "journal was opened by an installation whose state dir key differs): it cannot be sent; "
+    "restore the original key (UNDOPROXY_CREDENTIALS_KEY or <state_dir>/credentials.key) or "
+    "undo this step by hand"
+)
+
+
+def _body_unreadable(raw: Mapping[str, Any]) -> bool:
+    """True when the store could not open a sealed body of this record (store/bodies.py)."""
+    parts: list[Any] = [raw, raw.get("fallback"), *(raw.get("then") or ())]
+    return any(isinstance(p, Mapping) and p.get("body_unreadable") for p in parts)
+
 
 @dataclass(frozen=True)
 class InverseRequest:
@@ -94,16 +107,3 @@ class CompensationRecord:
             correction=raw.get("correction") if isinstance(raw.get("correction"), dict) else None,
         )
 
-
-UNREADABLE_BODY = (
-    "the body this compensation must send is encrypted with another credentials key (the "
-    "journal was opened by an installation whose state dir key differs): it cannot be sent; "
-    "restore the original key (UNDOPROXY_CREDENTIALS_KEY or <state_dir>/credentials.key) or "
-    "undo this step by hand"
-)
-
-
-def _body_unreadable(raw: Mapping[str, Any]) -> bool:
-    """True when the store could not open a sealed body of this record (store/bodies.py)."""
-    parts: list[Any] = [raw, raw.get("fallback"), *(raw.get("then") or ())]
-    return any(isinstance(p, Mapping) and p.get("body_unreadable") for p in parts)

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiosqlite
 
+from undoproxy.credentials import CredentialBox
 from undoproxy.errors import JournalError
 from undoproxy.events import EventBus
 from undoproxy.store import schema
@@ -49,17 +50,23 @@ class Journal:
         read_conn: aiosqlite.Connection,
         events: EventBus,
         lock: JournalLock | None = None,
+        box: CredentialBox | None = None,
     ) -> None:
         self.writer = writer
         self._read = read_conn
         self.events = events
         self._lock = lock
+        # Seals the bodies a compensation replays (store/bodies.py); undoproxy run passes the
+        # installation's key, so that they can be opened after a restart.
+        self.box = box or CredentialBox.for_this_process()
         self.sessions: dict[str, Session] = {}
         self.frozen_all = False  # the global kill switch (kept in settings)
         self._seq: dict[str, int] = {}
 
     @classmethod
-    async def open(cls, path: Path, events: EventBus | None = None) -> Journal:
+    async def open(
+        cls, path: Path, events: EventBus | None = None, box: CredentialBox | None = None
+    ) -> Journal:
         """Lock, open (creating or migrating) the journal at `path` and recover from a crash.
 
         Raises JournalInUse (an UndoproxyError naming the holder's pid) when another process
@@ -80,7 +87,7 @@ class Journal:
             await _recover_writes(writer)
             read_conn = await schema.connect(path)
             read_conn.row_factory = aiosqlite.Row
-            journal = cls(writer, read_conn, events or EventBus())
+            journal = cls(writer, read_conn, events or EventBus(), box=box)
             await journal._load()
         except BaseException:
             if writer is not None:
@@ -205,17 +212,17 @@ class Journal:
 
     async def write_ahead(self, step: Step) -> None:
         """Insert a step and wait until it is committed and fsync'd (raises JournalError)."""
-        await self.writer.write(_INSERT_STEP, step.to_row())
+        await self.writer.write(_INSERT_STEP, step.to_row(self.box.encrypt))
         self.events.publish("step", step_event(step))
 
     def record(self, step: Step) -> None:
         """Insert a step without waiting (reads, requests undoproxy answered itself)."""
-        self.writer.submit(_INSERT_STEP, step.to_row())
+        self.writer.submit(_INSERT_STEP, step.to_row(self.box.encrypt))
         self.events.publish("step", step_event(step))
 
     def _update_sql(self, step_id: str, values: dict[str, Any]) -> tuple[str, list[Any]]:
         values = {**values, "updated_at": time.time()}
-        encoded = encode_fields(values)
+        encoded = encode_fields(values, self.box.encrypt)
         sets = ", ".join(f"{k}=?" for k in encoded)
         return f"UPDATE steps SET {sets} WHERE id=?", [*encoded.values(), step_id]
 
@@ -249,13 +256,13 @@ class Journal:
         if mutations_only:
             sql += " AND is_mutation=1"
         async with self._read.execute(sql + " ORDER BY seq", (session_id,)) as cur:
-            return [Step.from_row(dict(r)) for r in await cur.fetchall()]
+            return [Step.from_row(dict(r), self.box.decrypt) for r in await cur.fetchall()]
 
     async def step(self, step_id: str) -> Step | None:
         """One step by id."""
         async with self._read.execute("SELECT * FROM steps WHERE id=?", (step_id,)) as cur:
             row = await cur.fetchone()
-        return Step.from_row(dict(row)) if row else None
+        return Step.from_row(dict(row), self.box.decrypt) if row else None
 
     async def step_counts(self) -> dict[str, dict[str, int]]:
         """session id -> {"steps": n, "mutations": m}."""
