@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from cryptography.fernet import Fernet
 
 from undoproxy.compensators.record import CompensationRecord
@@ -45,3 +46,15 @@ def test_a_body_another_key_sealed_is_marked_and_its_request_is_not_sent() -> No
     record = CompensationRecord.of(opened)
     assert record.request is None
     assert record.reason is not None and "another credentials key" in record.reason
+
+
+def test_no_inverse_request_with_an_unreadable_body_can_be_sent() -> None:
+    """Also a fallback, a `then` request or an email correction: never sent without its body."""
+    from undoproxy.compensators.record import InverseRequest
+    from undoproxy.rollback.outgoing import NotSendable, compensation_request
+
+    sealed = bodies.seal(COMPENSATION, CredentialBox(Fernet.generate_key()).encrypt)
+    opened = bodies.open_bodies(sealed, CredentialBox(Fernet.generate_key()).decrypt)
+    for part in (opened, opened["fallback"]):
+        with pytest.raises(NotSendable, match="another credentials key"):
+            compensation_request(InverseRequest.of(part), part["url"], {}, force=False)

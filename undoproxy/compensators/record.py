@@ -38,6 +38,8 @@ class InverseRequest:
     # Slack errors that say the undo already holds (`message_not_found` for chat.delete)
     ok_errors: tuple[str, ...] = ()
     says_repeatable: bool = False  # a pack says sending it twice leaves the same state (Slack)
+    # its body was sealed with another credentials key (store/bodies.py): it cannot be sent
+    body_unreadable: bool = False
     forward_credentials: bool = False  # a rule's `credentials: forward`
 
     @property
@@ -63,6 +65,7 @@ class InverseRequest:
             ok_errors=tuple(str(e) for e in data.get("ok_errors") or ()),
             says_repeatable=bool(data.get("repeatable")),
             forward_credentials=data.get("credentials") == "forward",
+            body_unreadable=bool(data.get("body_unreadable")),
         )
 
 
