@@ -108,7 +108,7 @@ async def start(config: Config) -> Running:
     listeners = SessionListeners(proxy_server, config.proxy_listen[0], config.state_dir)
     snapshots = Snapshots(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure),
+        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
         box,
         auto=config.defaults_compensate == "auto",
     )
@@ -137,6 +137,7 @@ async def start(config: Config) -> Running:
             hold_at=config.hold_at,
             guard=config.guard,
             auto_compensate=config.defaults_compensate == "auto",
+            signers=config.signing,
         ),
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
@@ -167,7 +168,10 @@ async def start(config: Config) -> Running:
     context.approvals = approvals
     context.inflight = inflight
     context.rollback = Rollback(
-        journal, UpstreamClient(insecure=config.upstream_insecure), box, inflight=inflight
+        journal,
+        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
+        box,
+        inflight=inflight,
     )
 
     app = create_app(context, extra_routes=listener_routes.ROUTES)

@@ -210,3 +210,20 @@ def agent_scope(headers: list[tuple[str, str]]) -> tuple[str, str] | None:
             if len(scope) >= 4:
                 return scope[2], scope[3]
     return None
+
+
+def missing_key_reason(scheme: str, url: str, headers: list[tuple[str, str]]) -> str:
+    """Why a signed request is irreversible, and the exact `signing:` entry that would fix it."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    default_port = 443 if parts.scheme == "https" else 80
+    if parts.port and parts.port != default_port:
+        host = f"{host}:{parts.port}"
+    region, service = agent_scope(headers) or ("REGION", "SERVICE")
+    return (
+        f"the request is signed ({scheme}): its signature cannot be replayed to read the "
+        "target before it or to send an inverse request after it. To let undoproxy sign "
+        f"its own, add to config.yaml: signing: [{{host: {host}, aws: {{access_key_id: "
+        "${AWS_ACCESS_KEY_ID}, secret_access_key: ${AWS_SECRET_ACCESS_KEY}, "
+        f"region: {region}, service: {service}}}}}] (docs/packs.md#s3)"
+    )

@@ -10,11 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
-from undoproxy.compensators.model import Plan, parse_form
+from undoproxy.compensators.model import Irreversible, Plan, parse_form
+from undoproxy.compensators.packs import PACK_SNAPSHOTS
 from undoproxy.rules import Rule, TemplateContext, TemplateError, render_url
 from undoproxy.rules.request import NOT_JSON, RequestView
 
 INFERRED = {"PUT": "restore", "PATCH": "restore", "DELETE": "recreate", "POST": "delete-created"}
+
+
+def _pack_plan(name: str, request: RequestView) -> Plan:
+    """A pack that says itself what to read before the request (an S3 object and its tags)."""
+    try:
+        urls = PACK_SNAPSHOTS[name](request.method, request.url, request.body)
+    except Irreversible as exc:
+        return Plan("irreversible", reason=str(exc))
+    return Plan(name, snapshot_url=urls[0] if urls else None, more_snapshots=tuple(urls[1:]))
 
 
 def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, str]) -> str:
@@ -58,6 +68,8 @@ def _plan_for(
             wants_snapshot = rule is not None and rule.snapshot_needed()
             url = snapshot_url(rule, request, captures) if wants_snapshot else None
             return Plan("template", snapshot_url=url, template=compensate)
+        if isinstance(compensate, str) and compensate in PACK_SNAPSHOTS:
+            return _pack_plan(compensate, request)
         if isinstance(compensate, str):
             url = (
                 snapshot_url(rule, request, captures)
