@@ -6,7 +6,7 @@ from __future__ import annotations
 from mitmproxy import http
 
 from undoproxy.compensators.model import Plan
-from undoproxy.compensators.plan import plan_for
+from undoproxy.compensators.plan import correction_of, plan_for
 from undoproxy.credentials import signature_scheme
 from undoproxy.proxy.state import FlowState
 from undoproxy.rules import RequestView
@@ -40,5 +40,8 @@ def plan_of(
         return Plan(
             "irreversible",
             reason=missing_key_reason(signed, flow.request.url, items),
+            correction=correction_of(state.rule),
+            correction_blocked=f"the email was sent with a signed request ({signed}) and "
+            "`signing:` gives undoproxy no key for its host: send the correction by hand",
         )
     return plan_for(view, state.rule, state.captures, auto=auto)
