@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from undoproxy.compensators import github, s3, slack, stripe
+from undoproxy.compensators import github, s3, slack, stripe, webdav
 
 GENERIC: dict[str, str] = {
     "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
@@ -17,6 +17,7 @@ PACKS: dict[str, str] = {
     **stripe.DESCRIPTIONS,
     **slack.DESCRIPTIONS,
     **s3.DESCRIPTIONS,
+    **webdav.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

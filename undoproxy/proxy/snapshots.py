@@ -3,11 +3,14 @@
 Before a mutation is forwarded: decide its compensation plan, GET the target with the agent's
 own credentials when the plan needs it (restore, recreate, `snapshot:`), build what can be
 known of the compensation, and hand it to the journal addon to be written ahead with the step
-(the agent's credentials sealed for the compensation). If the snapshot fails the mutation is
-not forwarded (502), unless the rule says `on_snapshot_error: proceed` (then the step is
-irreversible). After the response: complete the compensation from it, and record what the
-agent's write produced (the drift-check baseline), re-reading the target in the background
-when the response did not say.
+(the agent's credentials sealed for the compensation). A compensator may need more than that
+GET (a PROPFIND of the properties, a GET of a MOVE's destination: `PreRead`s, see
+`compensators/packs.reads_for`): they are sent the same way, and their answers are given to it
+and stored with the compensation (`reads`). If the snapshot, or a read the compensator needs,
+fails the mutation is not forwarded (502), unless the rule says `on_snapshot_error: proceed`
+(then the step is irreversible). After the response: complete the compensation from it, and
+record what the agent's write produced (the drift-check baseline), re-reading the target in the
+background when the response did not say.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from undoproxy.compensators.build import complete, prepare
 from undoproxy.compensators.model import (
     Facts,
     Plan,
+    PreRead,
     Snapshot,
     content_hash,
     parse_json,
     representation_headers,
 )
+from undoproxy.compensators.packs import reads_for
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
 from undoproxy.proxy import answers
 from undoproxy.proxy.planning import plan_of
@@ -60,8 +65,17 @@ class Snapshots:
         self.auto = auto
         self._background: set[asyncio.Task[None]] = set()
 
-    async def take(self, url: str, flow: http.HTTPFlow) -> Snapshot:
+    async def take(
+        self,
+        url: str,
+        flow: http.HTTPFlow,
+        *,
+        method: str = "GET",
+        extra: dict[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> Snapshot:
         """GET `url` as the agent would, retrying where that is safe; raises SnapshotFailed.
+        Another read (a PROPFIND) gives its `method`, its own `extra` headers and `body`.
 
         The agent's credentials go only to the origin it sent the request to; request-specific
         headers (signatures, dates, content hashes, conditions) are never copied.
@@ -78,13 +92,15 @@ class Snapshots:
             ),
         }
         try:
-            resp = await self.client.send_with_retries("GET", url, SNAPSHOT_RETRY, headers)
+            resp = await self.client.send_with_retries(
+                method, url, SNAPSHOT_RETRY, {**headers, **(extra or {})}, body or None
+            )
         except UpstreamError as exc:
             raise SnapshotFailed(str(exc)) from None
         if resp.status in (404, 410):
             return Snapshot(url, resp.status)
         if not 200 <= resp.status < 300:
-            raise SnapshotFailed(f"GET {redact.url(url)} answered HTTP {resp.status}")
+            raise SnapshotFailed(f"{method} {redact.url(url)} answered HTTP {resp.status}")
         if len(resp.body) > SNAPSHOT_LIMIT:
             raise SnapshotFailed(f"the target is larger than {SNAPSHOT_LIMIT} bytes")
         return Snapshot(
@@ -115,6 +131,31 @@ class Snapshots:
         if sum(len(s.body) for s in taken) > SNAPSHOTS_TOTAL:
             raise SnapshotFailed(f"the targets together are larger than {SNAPSHOTS_TOTAL} bytes")
         return dict(zip(urls, taken, strict=True))
+
+    async def _read_all(self, reads: list[PreRead], flow: http.HTTPFlow) -> dict[str, Snapshot]:
+        """The compensator's reads, a few at a time; SnapshotFailed names the first needed one
+        that failed (an optional one that fails is left out)."""
+        gate = asyncio.Semaphore(SNAPSHOT_PARALLEL)
+
+        async def one(read: PreRead) -> Snapshot | SnapshotFailed:
+            async with gate:
+                try:
+                    return await self.take(
+                        read.url, flow, method=read.method, extra=read.headers, body=read.body
+                    )
+                except SnapshotFailed as exc:
+                    return exc
+
+        answers = await asyncio.gather(*(one(r) for r in reads))
+        out: dict[str, Snapshot] = {}
+        for read, answer in zip(reads, answers, strict=True):
+            if isinstance(answer, Snapshot):
+                out[read.name] = answer
+            elif not read.optional:
+                raise answer
+        if sum(len(s.body) for s in out.values()) > SNAPSHOTS_TOTAL:
+            raise SnapshotFailed(f"the reads together are larger than {SNAPSHOTS_TOTAL} bytes")
+        return out
 
     def _failed_reason(self, flow: http.HTTPFlow, detail: str, signed: str | None) -> str:
         """Why a step whose snapshot failed, but which was forwarded, is irreversible."""
@@ -164,6 +205,7 @@ class Snapshots:
                     return
                 snapshots = {}
                 plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
+        items = list(flow.request.headers.items(multi=True))
         facts = Facts(
             flow.request.method,
             flow.request.url,
@@ -171,8 +213,26 @@ class Snapshots:
             flow.request.get_content(strict=False) or b"",
             snapshot,
             snapshots=snapshots,
+            request_headers={k.lower(): v for k, v in items if not redact.is_secret_name(k)},
         )
+        reads = [] if plan.irreversible else reads_for(plan.kind, plan.snapshot_url, facts)
+        if reads:
+            try:
+                facts.reads = await self._read_all(reads, flow)
+            except SnapshotFailed as exc:
+                rule = state.rule
+                if rule is None or rule.on_snapshot_error != "proceed":
+                    self._block(flow, state, flow.request.url, str(exc))
+                    return
+                plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), None))
         comp = prepare(plan, facts)
+        if facts.reads:
+            comp["reads"] = {
+                name: {**snap.to_json(), "method": read.method}
+                for read in reads
+                if (snap := facts.reads.get(read.name)) is not None
+                for name in (read.name,)
+            }
         if state.rule is not None and state.rule.credentials == "forward":
             comp["credentials"] = "forward"  # the rule sends the agent's credentials anywhere
         state.plan = (plan, facts)

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
-from undoproxy.compensators import readback, targets
+from undoproxy.compensators import davcheck, readback, targets
 from undoproxy.compensators.model import Snapshot, origin, parse_json
 from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
@@ -343,7 +343,11 @@ class Judge:
     async def _target(self, step: Step, check: dict[str, Any]) -> list[str] | tuple[str, str, bool]:
         """How one target differs from its check, or (state, why, False) when unreadable."""
         url = str(check.get("url") or "")
-        current = await self.read(step, url, None)
+        if "propfind" in check:  # a WebDAV check (compensators/davcheck.py)
+            headers, body = davcheck.propfind_request(check)
+            current = await self.read(step, url, None, method="PROPFIND", extra=headers, body=body)
+        else:
+            current = await self.read(step, url, None)
         name = targets.label(url)
         if current.state == UNSUPPORTED:
             return "unsupported", f"{name} cannot be read back ({current.why})", False
@@ -351,9 +355,11 @@ class Judge:
             return "unreadable", f"{name}: {current.why}", False
         assert current.response is not None
         resp = current.response
-        return [
-            f"{name}: {d}" for d in targets.differences(check, resp.status, resp.headers, resp.body)
-        ]
+        if "propfind" in check:
+            found = davcheck.differences(check, resp.status, resp.body)
+        else:
+            found = targets.differences(check, resp.status, resp.headers, resp.body)
+        return [f"{name}: {d}" for d in found]
 
     async def drift_pack(self, step: Step, spec: dict[str, Any]) -> Verdict | Go:
         """Before a pack undo that overwrites fields: nobody changed them since the agent."""
@@ -442,14 +448,24 @@ class Judge:
             attempts.into(comp.raw),
         )
 
-    async def read(self, step: Step, url: str, snap: Snapshot | None) -> Read:
-        """GET the resource (never a pinned version of it) with the agent's credentials."""
+    async def read(
+        self,
+        step: Step,
+        url: str,
+        snap: Snapshot | None,
+        *,
+        method: str = "GET",
+        extra: dict[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> Read:
+        """GET the resource (never a pinned version of it) with the agent's credentials; or
+        another read (`method`: a PROPFIND, with its `extra` headers and `body`)."""
         target = resource_url(url)
         accept = snap.content_type if snap is not None else None
         request = read_request(target, step.url, self.box.open(step.credentials), accept)
         try:
             resp = await self.client.send_with_retries(
-                "GET", request.url, self.policy, request.headers
+                method, request.url, self.policy, {**request.headers, **(extra or {})}, body
             )
         except UpstreamError as exc:
             return Read(target, None, str(exc).replace(target, redact.url(target)))
