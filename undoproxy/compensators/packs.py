@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from undoproxy.compensators import github, s3, slack, stripe, webdav
+from undoproxy.compensators import couchdb, github, s3, slack, stripe, webdav
 from undoproxy.compensators.model import Facts, PreRead
 
 PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
@@ -19,11 +19,15 @@ PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **slack.BUILDERS,
     **s3.BUILDERS,
     **webdav.BUILDERS,
+    **couchdb.BUILDERS,
 }
 
 # Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
 # from (method, url, body); raises Irreversible when the request cannot be undone at all.
-PACK_SNAPSHOTS: dict[str, Callable[[str, str, bytes], list[str]]] = {**s3.SNAPSHOTS}
+PACK_SNAPSHOTS: dict[str, Callable[[str, str, bytes], list[str]]] = {
+    **s3.SNAPSHOTS,
+    **couchdb.SNAPSHOTS,
+}
 
 # Packs that read something other than a GET before forwarding (a PROPFIND of the properties, a
 # GET of a MOVE's destination): name -> the reads, from the step's Facts (see PreRead).

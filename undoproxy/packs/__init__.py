@@ -21,6 +21,7 @@ BUILTIN_ORDER: Final = (
     "mcp",
     "search",
     "s3",
+    "couchdb",
     "webdav",
 )
 

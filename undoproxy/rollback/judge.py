@@ -106,7 +106,10 @@ class Judge:
                 )
         if comp.kind == "delete-created" and comp.inferred and comp.request is not None:
             return await self.confirm_created(step, comp.request)
-        if comp.readback is not None and comp.readback.get("left") and not run.force:
+        drift = comp.readback is not None and (
+            comp.readback.get("left") or comp.readback.get("left_gone")
+        )
+        if comp.readback is not None and drift and not run.force:
             return await self.drift_pack(step, comp.readback)
         if run.force or snap is None or not (comp.after or comp.check_absent):
             return Go()
@@ -302,17 +305,18 @@ class Judge:
             return "unsupported", f"the target cannot be read back ({current.why})", False
         if current.state not in (PRESENT, ABSENT):
             return "unreadable", current.why, False
-        if spec.get("gone"):
-            if current.state == ABSENT:
-                return "as_before", f"gone ({current.why})", False
-            return "differs", f"it is still there ({current.why})", False
+        left_checks = list(spec.get("left") or [])
         if current.state == ABSENT:
-            return "differs", f"the target is gone ({current.why})", False
+            # `left_gone`: the step deleted it, so gone is as the step left it
+            if spec.get("gone"):
+                return "as_before", f"gone ({current.why})", False
+            return "differs", f"the target is gone ({current.why})", bool(spec.get("left_gone"))
         assert current.response is not None
         body = parse_json(current.response.body)
-        checks = list(spec.get("expect") or [])
-        left_checks = list(spec.get("left") or [])
         left = bool(left_checks) and not readback.differences(left_checks, body)
+        if spec.get("gone"):
+            return "differs", f"it is still there ({current.why})", left
+        checks = list(spec.get("expect") or [])
         diffs = readback.differences(checks, body)
         if diffs:
             why = f"the target is not as it was before this step: {'; '.join(diffs)}"
@@ -379,8 +383,8 @@ class Judge:
         if state == "differs" and not left:
             return Verdict(
                 "conflict",
-                "the target changed since this step (it is neither as before it nor as it left "
-                "it); nothing was overwritten (use --force to restore anyway)",
+                f"the target changed since this step (it is neither as before it nor as it left "
+                f"it: {seen}); nothing was overwritten (use --force to restore anyway)",
             )
         return Go()
 
