@@ -24,6 +24,7 @@ BEFORE = {
     "order-7": {"status": "new", "items": 2, "lines": [{"sku": "A1", "qty": 2}]},
     "order-8": {"status": "paid", "items": 1},
     "order-9": {"status": "void", "items": 0},
+    "_design/reports": {"views": {"by_status": {"map": "function (d) { emit(d.status); }"}}},
 }
 
 
@@ -154,10 +155,17 @@ def test_writes_that_name_a_revision_are_recognised_on_any_host(
         assert s.put(f"{url}/order-7", json={**doc, "items": 99}).status_code == 201
         rev = current(s, f"{url}/order-9")["_rev"]
         assert s.delete(f"{url}/order-9", params={"rev": rev}).status_code == 200
-    assert rules(up, session_id) == ["couchdb/update-document", "couchdb/delete-document"]
+        design = current(s, f"{url}/_design/reports")
+        r = s.put(f"{url}/_design/reports", json={**design, "views": {}})
+        assert r.status_code == 201, r.text
+    assert rules(up, session_id) == [
+        "couchdb/update-document",
+        "couchdb/delete-document",
+        "couchdb/update-design-document",
+    ]
 
     report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
+    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 3)
     assert couch.docs(db) == before
 
 
@@ -265,3 +273,22 @@ def test_a_target_that_answers_401_is_failed_never_gone(
     again = rollback(named, session_id)  # readable again: the retry undoes both
     assert (again["state"], statuses(again)) == ("rolled_back", ["compensated", "compensated"])
     assert couch.docs(db) == before
+
+
+def test_a_bulk_write_someone_changed_since_is_a_conflict(
+    up: Undoproxy, couch: Couch, db: str, session_id: str
+) -> None:
+    url = f"{couch.base_url}/{db}"
+    with agent(up, session_id) as s:
+        seven = current(s, f"{url}/order-7")
+        docs = [{**seven, "status": "shipped"}, {"_id": "order-10", "status": "new"}]
+        assert s.post(f"{url}/_bulk_docs", json={"docs": docs}).status_code == 201
+    with couch.direct() as s:
+        edited = {**current(s, f"{url}/order-10"), "status": "taken over"}
+        assert s.put(f"{url}/order-10", json=edited).status_code == 201
+    after = couch.docs(db)
+
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["conflict"])
+    assert "nothing was overwritten" in details(report)[0]
+    assert couch.docs(db) == after  # neither document was touched

@@ -108,10 +108,10 @@ class Couch:
         return s
 
     def create_db(self, name: str, docs: dict[str, dict[str, Any]] | None = None) -> None:
-        """A database only the agent may use, holding `docs` (id -> body)."""
+        """A database only the agent may use (its admin: design documents too), holding `docs`."""
         with self.direct() as s:
             assert s.put(f"{self.base_url}/{name}").status_code == 201
-            security = {"admins": {"names": []}, "members": {"names": [AGENT[0]]}}
+            security = {"admins": {"names": [AGENT[0]]}, "members": {"names": [AGENT[0]]}}
             assert s.put(f"{self.base_url}/{name}/_security", json=security).ok
             for doc_id, body in (docs or {}).items():
                 r = s.put(f"{self.base_url}/{name}/{doc_id}", json=body)
