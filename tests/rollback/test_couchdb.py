@@ -275,9 +275,10 @@ def test_a_target_that_answers_401_is_failed_never_gone(
     assert couch.docs(db) == before
 
 
-def test_a_bulk_write_someone_changed_since_is_a_conflict(
+def test_a_bulk_write_someone_changed_since_is_a_conflict_and_force_undoes_it(
     up: Undoproxy, couch: Couch, db: str, session_id: str
 ) -> None:
+    before = couch.docs(db)
     url = f"{couch.base_url}/{db}"
     with agent(up, session_id) as s:
         seven = current(s, f"{url}/order-7")
@@ -292,3 +293,7 @@ def test_a_bulk_write_someone_changed_since_is_a_conflict(
     assert (report["state"], statuses(report)) == ("rollback_incomplete", ["conflict"])
     assert "nothing was overwritten" in details(report)[0]
     assert couch.docs(db) == after  # neither document was touched
+
+    forced = rollback(up, session_id, force=True)  # each names the revision it has now
+    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    assert couch.docs(db) == before

@@ -275,6 +275,38 @@ def bulk_docs(facts: Facts) -> dict[str, Any]:
     return out
 
 
+def revisions_url(url: str, body: Any) -> str | None:
+    """For an undo sent as a `_bulk_docs`: the read that tells each document's revision now."""
+    if not urlsplit(url).path.endswith("/_bulk_docs") or not isinstance(body, dict):
+        return None
+    docs = body.get("docs")
+    ids = [d["_id"] for d in docs or [] if isinstance(d, dict) and isinstance(d.get("_id"), str)]
+    if not isinstance(docs, list) or not ids:
+        return None
+    keys = json.dumps(ids, separators=(",", ":"))
+    return f"{db_url(url)}/_all_docs?{urlencode({'keys': keys})}"
+
+
+def with_revisions(body: dict[str, Any], answer: Any) -> dict[str, Any]:
+    """A `_bulk_docs` undo whose documents name the revisions an `_all_docs` read answered:
+    a live document its revision; a deleted one none (a write over it recreates it), unless
+    the undo deletes it again."""
+    rows = answer.get("rows") if isinstance(answer, dict) else None
+    now: dict[str, tuple[str, bool]] = {}
+    for row in rows if isinstance(rows, list) else []:
+        value = row.get("value") if isinstance(row, dict) else None
+        if isinstance(value, dict) and isinstance(value.get("rev"), str):
+            now[str(row.get("key"))] = (value["rev"], bool(value.get("deleted")))
+    docs = []
+    for doc in body.get("docs") or []:
+        doc = {k: v for k, v in doc.items() if k != "_rev"}
+        rev, deleted = now.get(str(doc.get("_id")), (None, True))
+        if rev is not None and (not deleted or doc.get("_deleted") is True):
+            doc["_rev"] = rev
+        docs.append(doc)
+    return {**body, "docs": docs}
+
+
 def create_database(facts: Facts) -> dict[str, Any]:
     """PUT /{db} created a database: DELETE it, but only while it holds no documents."""
     url = doc_url(facts.url)

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from undoproxy import redact
+from undoproxy.compensators import couchdb
 from undoproxy.compensators.model import parse_json
 from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
@@ -413,9 +414,28 @@ class Rollback:
             elif isinstance(rev, str):  # a DELETE: gone already, it goes without one (404)
                 url += ("&" if urlsplit(url).query else "?") + urlencode({"rev": rev})
             out.url = url
+        if out.method == "POST":
+            return await self._fit_bulk(step, out)
         if out.method == "PUT" and not run.force and go.etag:
             out.headers["If-Match"] = go.etag
         return out
+
+    async def _fit_bulk(self, step: Step, out: Outgoing) -> Outgoing | Verdict:
+        """A CouchDB `_bulk_docs` undo: each document names the revision it has now (read in
+        one `_all_docs`), as a single document's undo does; the drift check came first."""
+        url = couchdb.revisions_url(out.url, out.json_body())
+        if url is None:
+            return out
+        current = await self.judge.read(step, url, None)
+        if current.state != PRESENT or current.response is None:
+            return Verdict(
+                "failed",
+                f"could not read the revisions the documents have now ({current.why}); nothing "
+                "was sent, a later rollback will retry",
+            )
+        return out.with_json_body(
+            couchdb.with_revisions(out.json_body(), parse_json(current.response.body))
+        )
 
     # --- I/O ------------------------------------------------------------------------------
 
