@@ -50,7 +50,12 @@ SNAPSHOT_PARALLEL = 8
 
 
 class SnapshotFailed(Exception):
-    """The target could not be read before the mutation."""
+    """The target could not be read before the mutation; `challenge` is the upstream's
+    `WWW-Authenticate` when it asked for credentials the agent did not send."""
+
+    def __init__(self, message: str, challenge: str | None = None) -> None:
+        super().__init__(message)
+        self.challenge = challenge
 
 
 class Snapshots:
@@ -99,6 +104,13 @@ class Snapshots:
             raise SnapshotFailed(str(exc)) from None
         if resp.status in (404, 410):
             return Snapshot(url, resp.status)
+        challenge = resp.header("WWW-Authenticate")
+        if resp.status == 401 and challenge and not redact.credential_headers(items):
+            raise SnapshotFailed(
+                f"{method} {redact.url(url)} answered HTTP 401: the upstream asks for "
+                "credentials the request does not carry; its challenge was passed on",
+                challenge,
+            )
         if not 200 <= resp.status < 300:
             raise SnapshotFailed(f"{method} {redact.url(url)} answered HTTP {resp.status}")
         if len(resp.body) > SNAPSHOT_LIMIT:
@@ -201,7 +213,7 @@ class Snapshots:
                 signed = signature_scheme(list(flow.request.headers.items(multi=True)))
                 rule = state.rule
                 if signed is None and (rule is None or rule.on_snapshot_error != "proceed"):
-                    self._block(flow, state, plan.snapshot_url, str(exc))
+                    self._block(flow, state, plan.snapshot_url, str(exc), exc.challenge)
                     return
                 snapshots = {}
                 plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
@@ -222,7 +234,7 @@ class Snapshots:
             except SnapshotFailed as exc:
                 rule = state.rule
                 if rule is None or rule.on_snapshot_error != "proceed":
-                    self._block(flow, state, flow.request.url, str(exc))
+                    self._block(flow, state, flow.request.url, str(exc), exc.challenge)
                     return
                 plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), None))
         comp = prepare(plan, facts)
@@ -253,7 +265,14 @@ class Snapshots:
         headers = redact.credential_headers(flow.request.headers.items(multi=True))
         return self.box.seal(headers, urls)
 
-    def _block(self, flow: http.HTTPFlow, state: FlowState, url: str, detail: str) -> None:
+    def _block(
+        self,
+        flow: http.HTTPFlow,
+        state: FlowState,
+        url: str,
+        detail: str,
+        challenge: str | None = None,
+    ) -> None:
         log.warning(
             "not forwarding %s %s: snapshot failed: %s",
             flow.request.method,
@@ -262,7 +281,7 @@ class Snapshots:
         )
         fields = {
             "status": "failed",
-            "response_status": 502,
+            "response_status": 401 if challenge else 502,
             "error": f"not forwarded: the snapshot before it failed: {detail}",
         }
         if state.step is None:
@@ -274,7 +293,7 @@ class Snapshots:
             self.journal.update(state.step, **fields)
         state.answered = True
         flow.response = answers.snapshot_failed(
-            state.step.id if state.step else "", redact.url(url), detail
+            state.step.id if state.step else "", redact.url(url), detail, challenge
         )
 
     def response(self, flow: http.HTTPFlow) -> None:
