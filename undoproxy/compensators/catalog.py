@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from undoproxy.compensators import couchdb, github, s3, slack, stripe, webdav
+from undoproxy.compensators import couchdb, github, matrix, s3, slack, stripe, webdav
 
 GENERIC: dict[str, str] = {
     "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
@@ -16,6 +16,7 @@ PACKS: dict[str, str] = {
     **github.DESCRIPTIONS,
     **stripe.DESCRIPTIONS,
     **slack.DESCRIPTIONS,
+    **matrix.DESCRIPTIONS,
     **s3.DESCRIPTIONS,
     **webdav.DESCRIPTIONS,
     **couchdb.DESCRIPTIONS,

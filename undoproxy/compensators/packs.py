@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from undoproxy.compensators import couchdb, github, s3, slack, stripe, webdav
+from undoproxy.compensators import couchdb, github, matrix, s3, slack, stripe, webdav
 from undoproxy.compensators.model import Facts, PreRead
 
 PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **github.BUILDERS,
     **stripe.BUILDERS,
     **slack.BUILDERS,
+    **matrix.BUILDERS,
     **s3.BUILDERS,
     **webdav.BUILDERS,
     **couchdb.BUILDERS,

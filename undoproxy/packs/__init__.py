@@ -23,6 +23,7 @@ BUILTIN_ORDER: Final = (
     "s3",
     "couchdb",
     "webdav",
+    "matrix",
 )
 
 
