@@ -44,6 +44,7 @@ from undoproxy.rollback.outgoing import (
     compensation_request,
     resource_url,
 )
+from undoproxy.rollback.overlap import Lane, Undo, targets
 from undoproxy.rollback.report import (
     COMPLETE,
     JOURNAL_STATUS,
@@ -117,24 +118,22 @@ class Rollback:
                     await self.journal.writer.flush()
             steps = await self.journal.steps(session_id, mutations_only=True)
             run = RunState(force, dry_run)
-            results = []
+            results: list[StepResult] = []
             order = list(reversed(steps))
-            for at, step in enumerate(order):
-                if not dry_run and step.id not in run.marked and _markable(step):
-                    await self._mark_ahead(order[at : at + MARK_AHEAD], run)
-                result = await self._undo(step, run)
-                results.append(result)
-                if result.status not in COMPLETE and not dry_run:
-                    log.warning(
-                        "rollback of %s: step %d %s %s: %s: %s",
-                        session_id,
-                        step.seq,
-                        step.method,
-                        result.url,
-                        result.status,
-                        result.detail,
-                    )
-                progress = await _tell(progress, result)
+            lane = Lane(overlap=not dry_run)  # see overlap.py: what may overlap, and why
+            try:
+                for at, step in enumerate(order):
+                    if not dry_run and step.id not in run.marked and _markable(step):
+                        await self._mark_ahead(order[at : at + MARK_AHEAD], run)
+                    await lane.start(targets(step), self._undoer(step, run))
+                    for result in lane.finished():
+                        results.append(result)
+                        progress = await self._tell(session_id, result, run, progress)
+                for result in await lane.drain():
+                    results.append(result)
+                    progress = await self._tell(session_id, result, run, progress)
+            finally:
+                await lane.cancel()
             await self._durably(run)
             state = session.state
             if not dry_run:
@@ -153,7 +152,34 @@ class Rollback:
         finally:
             self._running.discard(session_id)
 
+    async def _tell(
+        self, session_id: str, result: StepResult, run: RunState, progress: Progress | None
+    ) -> Progress | None:
+        if result.status not in COMPLETE and not run.dry_run:
+            log.warning(
+                "rollback of %s: step %d %s %s: %s: %s",
+                session_id,
+                result.seq,
+                result.method,
+                result.url,
+                result.status,
+                result.detail,
+            )
+        return await _tell(progress, result)
+
     # --- one step ---------------------------------------------------------------------------
+
+    def _undoer(self, step: Step, run: RunState) -> Undo:
+        """The undo of `step`, telling `sent` once its compensation was answered."""
+
+        async def undo(sent: asyncio.Event) -> StepResult:
+            run.answered[step.id] = sent
+            try:
+                return await self._undo(step, run)
+            finally:
+                run.answered.pop(step.id, None)
+
+        return undo
 
     async def _undo(self, step: Step, run: RunState) -> StepResult:
         comp = CompensationRecord.of(step.compensation)
@@ -363,6 +389,8 @@ class Rollback:
             if refused:
                 return Verdict("failed", f"{answered}; then {refused}", attempts.into(comp.raw))
             answered += f", then {len(comp.then)} more like it"
+        if step.id in run.answered:  # the next step may go while this one is read back
+            run.answered[step.id].set()
         verdict = await self.judge.verify(step, comp, out, go.note + answered)
         verdict.compensation = attempts.into(comp.raw)
         return verdict

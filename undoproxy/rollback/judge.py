@@ -50,6 +50,8 @@ class RunState:
     unwritten: list[Coroutine[Any, Any, None]] = field(default_factory=list)
     # steps already marked `compensating` ahead of their turn (see Rollback._mark_ahead)
     marked: set[str] = field(default_factory=set)
+    # step id -> an asyncio.Event set once its compensation was answered (rollback/overlap.py)
+    answered: dict[str, Any] = field(default_factory=dict)
 
 
 def target_key(url: str | None) -> str | None:
