@@ -248,3 +248,24 @@ def test_a_deleted_file_comes_back_with_its_dead_properties(
     assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
     assert "then 1 more like it" in details(report)[0]
     assert dav.state() == before
+
+
+def test_a_write_under_the_agents_own_lock_is_undone_with_its_lock_token(
+    up: Undoproxy, dav: WebDav, session_id: str
+) -> None:
+    """LIFO undoes the write while the agent's lock still holds: the server refuses the undo
+    (423) until it carries the lock's token, as the agent's write did; then the lock goes."""
+    before = dav.state()
+    with agent(up, session_id) as s:
+        r = dav_request(s, "LOCK", f"{dav.base_url}/docs/", LOCKINFO, Depth="infinity")
+        token = r.headers["Lock-Token"]
+        for name in ("a.txt", "new.txt"):
+            r = s.put(
+                f"{dav.base_url}/docs/{name}", data=b"locked edit\n", headers={"If": f"({token})"}
+            )
+            assert r.status_code in (201, 204), r.text
+        with dav.direct() as other:  # the lock holds for everyone else
+            assert other.put(f"{dav.base_url}/docs/a.txt", data=b"x").status_code == 423
+    report = rollback(up, session_id)
+    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 3)
+    assert dav.state() == before

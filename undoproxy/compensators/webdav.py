@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 from undoproxy import redact
 from undoproxy.compensators import davcheck, davxml, targets
@@ -58,6 +58,9 @@ def destination(facts: Facts) -> str:
     if not value:
         raise Irreversible(f"the {facts.method} has no Destination header")
     url = urljoin(facts.url, value.strip())
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise Irreversible(f"the {facts.method}'s Destination carries credentials (user:password@)")
     if origin(url) != origin(facts.url):
         raise Irreversible(
             f"the {facts.method} sends the resource to another host ({redact.url(url)}); "

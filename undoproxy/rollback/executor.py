@@ -38,6 +38,7 @@ from undoproxy.retry import RetryPolicy
 from undoproxy.rollback.compare import ABSENT, PRESENT
 from undoproxy.rollback.correction import Corrector
 from undoproxy.rollback.judge import RESOLVE, Go, Judge, RunState, target_key
+from undoproxy.rollback.locks import if_header, session_locks
 from undoproxy.rollback.outgoing import (
     NotSendable,
     Outgoing,
@@ -117,7 +118,7 @@ class Rollback:
                     await self.inflight.drained(session_id)
                     await self.journal.writer.flush()
             steps = await self.journal.steps(session_id, mutations_only=True)
-            run = RunState(force, dry_run)
+            run = RunState(force, dry_run, locks=session_locks(steps))
             results: list[StepResult] = []
             order = list(reversed(steps))
             lane = Lane(overlap=not dry_run)  # see overlap.py: what may overlap, and why
@@ -332,7 +333,7 @@ class Rollback:
                 f"could not record the compensation before sending it ({exc}); nothing was sent",
             )
         try:
-            resp = await self._request(out)
+            resp = await self._request(out, run)
             if resp.status in (404, 405) and comp.fallback is not None:
                 first = resp.status
                 out = compensation_request(comp.fallback, step.url, credentials, force=run.force)
@@ -402,7 +403,7 @@ class Rollback:
         for extra in comp.then:
             out = compensation_request(extra, step.url, credentials, force=run.force)
             try:
-                resp = await self._request(out)
+                resp = await self._request(out, run)
             except UpstreamError as exc:
                 return f"{out.method} {redact.url(out.url)}: upstream unreachable ({exc})"
             excerpt = resp.body[:200].decode("utf-8", "replace").strip()
@@ -467,7 +468,15 @@ class Rollback:
 
     # --- I/O ------------------------------------------------------------------------------
 
-    async def _request(self, out: Outgoing) -> UpstreamResponse:
+    async def _request(self, out: Outgoing, run: RunState | None = None) -> UpstreamResponse:
+        resp = await self._send_once(out)
+        held = if_header(out.url, run.locks) if run is not None and resp.status == 423 else None
+        if held is not None:  # locked by the session's own LOCK: send its token, as the agent did
+            out.headers["If"] = held
+            resp = await self._send_once(out)
+        return resp
+
+    async def _send_once(self, out: Outgoing) -> UpstreamResponse:
         if out.idempotent:
             return await self.client.send_with_retries(
                 out.method, out.url, self.policy, out.headers, out.body

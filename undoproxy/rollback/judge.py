@@ -50,6 +50,8 @@ class RunState:
     unwritten: list[Coroutine[Any, Any, None]] = field(default_factory=list)
     # steps already marked `compensating` ahead of their turn (see Rollback._mark_ahead)
     marked: set[str] = field(default_factory=set)
+    # the WebDAV locks the session's own LOCK steps took (see rollback/locks.py)
+    locks: list[tuple[str, str]] = field(default_factory=list)
     # step id -> an asyncio.Event set once its compensation was answered (rollback/overlap.py)
     answered: dict[str, Any] = field(default_factory=dict)
 
