@@ -109,4 +109,3 @@ class CompensationRecord:
             inferred=bool(raw.get("inferred")),
             correction=raw.get("correction") if isinstance(raw.get("correction"), dict) else None,
         )
-
