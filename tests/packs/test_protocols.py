@@ -1,8 +1,9 @@
 """The graphql, mcp, search and email packs through a real `undoproxy run`.
 
 Real HTTP clients (requests; SendGrid's own SDK for email) call a fake of each protocol
-(tests/support/protocols.py). `defaults.mutations: hold` holds every unmatched POST, so a
-request that comes straight back was recognised by its pack.
+(tests/support/protocols.py). `defaults.mutations: hold` holds every mutation, so a read that
+comes straight back was recognised by its pack; a mutation a pack recognises is still held
+(packs name what a request is and how to undo it; the defaults say whether it may go).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sendgrid.helpers.mail import Mail
 
 from tests.support import protocols
 from tests.support.certs import self_signed, server_context
+from tests.support.holding import decide, in_thread, wait_pending
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -97,7 +99,11 @@ def test_a_graphql_mutation_is_an_irreversible_mutation(
 ) -> None:
     query = "# create it\nmutation CreateIssue($t: String!) { createIssue(title: $t) { id } }"
     with proxy.agent(session) as s:
-        r = s.post(f"{fake.base_url}/api/graphql", json={"query": query}, timeout=30)
+        r = _approved(
+            proxy,
+            session,
+            lambda: s.post(f"{fake.base_url}/api/graphql", json={"query": query}, timeout=60),
+        )
     assert r.json() == {"data": {"ran": "anonymous"}}
     [step] = _steps(proxy, session)
     assert (step["kind"], step["rule"], step["status"]) == (
@@ -111,6 +117,15 @@ def test_a_graphql_mutation_is_an_irreversible_mutation(
     assert entry["status"] == "irreversible"
     assert "GraphQL mutation has no generic inverse" in entry["detail"]
     assert "CreateIssue" in entry["detail"]
+
+
+def _approved(proxy: Undoproxy, session: str, send: Any) -> Any:
+    """Send a mutation, see it held (a pack rule names no action: defaults.mutations holds it),
+    approve it, and return its answer."""
+    answer = in_thread(send)
+    approval = wait_pending(proxy, session)
+    assert decide(proxy, approval["id"], "approve").status_code == 200
+    return answer.result(30)
 
 
 def _rpc(method: str, params: dict[str, Any] | None = None, *, notify: bool = False) -> Any:
@@ -151,7 +166,9 @@ def test_an_mcp_tool_call_is_an_irreversible_mutation_naming_the_tool(
 ) -> None:
     call = _rpc("tools/call", {"name": "delete_file", "arguments": {"path": "/tmp/x"}})
     with proxy.agent(session) as s:
-        r = s.post(f"{fake.base_url}/mcp", json=call, timeout=30)
+        r = _approved(
+            proxy, session, lambda: s.post(f"{fake.base_url}/mcp", json=call, timeout=60)
+        )
     assert r.json()["result"]["isError"] is False
     [step] = _steps(proxy, session)
     assert (step["kind"], step["rule"]) == ("mutation", "mcp/tool-call")

@@ -133,16 +133,17 @@ def test_hold_irreversible_holds_only_what_cannot_be_undone(
         agent = instance.agent(session_id)
         # PUT has a compensation (restore from the snapshot): it flows.
         assert agent.put(f"{tls_upstream.base_url}/ok/{marker}", json={"a": 1}).ok
-        # MKCOL has none: it waits for a person.
+        # A cache PURGE has none (no pack knows it; MKCOL would be undone by the webdav pack):
+        # it waits for a person.
         held = in_thread(
-            lambda: agent.request("MKCOL", f"{tls_upstream.base_url}/dav/{marker}/", timeout=60)
+            lambda: agent.request("PURGE", f"{tls_upstream.base_url}/dav/{marker}/", timeout=60)
         )
         approval = wait_pending(instance, session_id)
         assert "no compensation is known" in approval["hold_reason"]
         assert [r.method for r in received(tls_upstream) if f"/dav/{marker}" in r.path] == []
         assert decide(instance, approval["id"], "approve").status_code == 200
         assert held.result(30).status_code == 200
-        assert [r.method for r in received(tls_upstream) if f"/dav/{marker}" in r.path] == ["MKCOL"]
+        assert [r.method for r in received(tls_upstream) if f"/dav/{marker}" in r.path] == ["PURGE"]
     finally:
         instance.stop()
 
@@ -195,8 +196,8 @@ def test_rules_explain_shows_hold_irreversible_and_hold_at(tmp_path: Path) -> No
         "rules:\n"
         "  - {name: refunds, match: {path: /refunds/**}, risk: high}\n"
     )
-    held = _explain(tmp_path, config, "MKCOL", "https://dav.test/files/")
-    assert "held: no compensation is known (no compensation is known for MKCOL)" in held
+    held = _explain(tmp_path, config, "PURGE", "https://cdn.test/files/")
+    assert "held: no compensation is known (no compensation is known for PURGE)" in held
     flows = _explain(tmp_path, config, "PUT", "https://api.test/things/1")
     assert "forwarded: a compensation is known" in flows
     refund = _explain(tmp_path, config, "POST", "https://api.test/refunds/1")

@@ -43,6 +43,8 @@ def reads_for(kind: str, snapshot_url: str | None, facts: Facts) -> list[PreRead
     dead properties back and a deleted collection is known as one.
     """
     if kind == "recreate" and snapshot_url:
+        if facts.snapshot is not None and not facts.snapshot.existed:
+            return []  # nothing was there: nothing to recreate, no properties to keep
         return [webdav.properties_read(snapshot_url)]
     maker = PACK_READS.get(kind)
     return maker(facts) if maker is not None else []

@@ -38,9 +38,14 @@ def describe_pack(name: str, hosts: tuple[str, ...] | None = None) -> str:
     """The rules of one pack: match, kind, risk, action and compensation of each."""
     pack = load_builtin(name, hosts)
     lines = [f"{pack.name}: {pack.description}", f"file: {pack.where.file}", ""]
-    rows = [[r.name, _match(r), _kind(r), r.risk, r.action, _compensation(r)] for r in pack.rules]
+    rows = [[r.name, _match(r), _kind(r), r.risk, _action(r), _compensation(r)] for r in pack.rules]
     lines.append(_table(rows, ["RULE", "MATCH", "KIND", "RISK", "ACTION", "COMPENSATION"]))
     return "\n".join(lines)
+
+
+def _action(rule: Rule) -> str:
+    """The rule's action; `defaults` where defaults.mutations decides (no action of its own)."""
+    return "defaults" if rule.defers_action and rule.kind != "read" else rule.action
 
 
 def _match(rule: Rule) -> str:

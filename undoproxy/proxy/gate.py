@@ -112,19 +112,27 @@ class Gate:
         if self.rules.rules:
             state.view = request_view(flow)
             match = self.rules.match(state.view)
-        if match is not None:
-            rule = match.rule
-            state.rule, state.captures, state.action = rule, match.captures, rule.action
-            if rule.kind is not None:
-                state.is_mutation = rule.kind == "mutation"
-            state.hold_source = rule.name
-            if rule.action == "allow" and RISKS.index(rule.risk) >= self.hold_at:
-                state.action, state.hold_source = "hold", "approvals.hold_at"
-                state.hold_reason = f"rule {rule.name} has risk {rule.risk} (approvals.hold_at)"
+        if match is None:
+            if state.is_mutation:
+                self._by_defaults(flow, state)
             return
-        if not state.is_mutation:
-            return
+        rule = match.rule
+        state.rule, state.captures, state.action = rule, match.captures, rule.action
+        if rule.kind is not None:
+            state.is_mutation = rule.kind == "mutation"
+        state.hold_source = rule.name
+        if rule.defers_action and state.is_mutation:
+            # A pack rule that names no action recognises and compensates; whether the
+            # mutation may go is for defaults.mutations to say, as for one no rule matched.
+            self._by_defaults(flow, state)
+        if state.action in ("allow", "log") and RISKS.index(rule.risk) >= self.hold_at:
+            state.action, state.hold_source = "hold", "approvals.hold_at"
+            state.hold_reason = f"rule {rule.name} has risk {rule.risk} (approvals.hold_at)"
+
+    def _by_defaults(self, flow: http.HTTPFlow, state: FlowState) -> None:
         state.action = self.default_mutations
+        if state.rule is not None:
+            state.hold_source = f"defaults.mutations (rule {state.rule.name} names no action)"
         if state.action == "hold-irreversible":
             plan = plan_of(flow, state, auto=self.auto_compensate, signers=self.signers)
             if plan.irreversible:
@@ -132,7 +140,7 @@ class Gate:
                 state.hold_reason = f"no compensation is known: {plan.reason}"
             else:
                 state.action = "log"
-        if state.action == "log":
+        if state.action == "log" and state.rule is None:
             log.info(
                 "mutation matched no rule: %s %s (session %s)",
                 flow.request.method,

@@ -14,6 +14,8 @@ _ACTIONS = {
     "allow": "forwarded and journaled",
     "hold": "held until a person approves or denies it in the admin page",
     "deny": "never forwarded; the agent gets 403 undoproxy_blocked",
+    "log": "forwarded and journaled",
+    "hold-irreversible": "held when no compensation is known, else forwarded and journaled",
 }
 _DEFAULT_MUTATIONS = {
     "allow": "it is forwarded",
@@ -70,9 +72,10 @@ def format_explanation(
         lines.append("No rules are configured.")
     last = verdicts[-1] if verdicts else None
     if last is not None and last.matched:
-        lines.extend(_matched(req, last, default_compensate))
+        lines.extend(_matched(req, last, default_compensate, default_mutations))
         rule = last.rule
-        if rule.action == "allow" and hold_at != "never" and _at_least(rule.risk, hold_at):
+        effective = _effective_action(req, rule, default_mutations)
+        if effective in ("allow", "log") and hold_at != "never" and _at_least(rule.risk, hold_at):
             lines.append(
                 f"  but:           approvals.hold_at is {hold_at} and the risk is {rule.risk}, "
                 "so it is held until a person approves or denies it"
@@ -107,11 +110,24 @@ def _at_least(risk: str, threshold: str) -> bool:
     return RISKS.index(risk) >= RISKS.index(threshold)
 
 
-def _matched(req: RequestView, verdict: Verdict, default_compensate: str) -> list[str]:
+def _effective_action(req: RequestView, rule: Rule, default_mutations: str) -> str:
+    """What happens to a matching request: the rule's action, or (a pack rule that names none,
+    on a mutation) defaults.mutations'."""
+    if rule.defers_action and not _is_read(req, rule):
+        return default_mutations
+    return rule.action
+
+
+def _matched(
+    req: RequestView, verdict: Verdict, default_compensate: str, default_mutations: str
+) -> list[str]:
     rule = verdict.rule
     captures = ", ".join(f"{k}={v}" for k, v in verdict.captures.items()) or "(none)"
     ctx = TemplateContext(captures=verdict.captures, request_body=_request_body(req))
-    action = f"{rule.action}: {_ACTIONS.get(rule.action, rule.action)}"
+    effective = _effective_action(req, rule, default_mutations)
+    action = f"{effective}: {_ACTIONS.get(effective, effective)}"
+    if effective != rule.action:
+        action += " (defaults.mutations: the pack rule names no action of its own)"
     if rule.action == "hold" and rule.timeout is not None:
         action += f" (times out after {rule.timeout:g}s)"
     out = [

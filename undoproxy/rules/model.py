@@ -70,6 +70,9 @@ class Rule:
     where: Location
     risk: str = "medium"
     action: str = "allow"
+    # A pack rule with no `action:`: defaults.mutations decides whether a matching mutation
+    # may go (packs recognise and compensate; they do not grant permission).
+    defers_action: bool = False
     methods: frozenset[str] | None = None
     snapshot: SnapshotSpec | None = None
     compensate: str | dict[str, Any] | None = None

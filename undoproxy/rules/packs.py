@@ -210,6 +210,12 @@ def load_pack(
     placed.location = location_of(rules, where)
     placed.item_locations = list(getattr(rules, "item_locations", []))
     parsed = parse_list(placed, where, "rules", problems, names, f"{choice.name}/")
+    silent = {
+        f"{choice.name}/{r.get('name')}"
+        for r in placed
+        if isinstance(r, dict) and "action" not in r
+    }
+    parsed = [replace(r, defers_action=True) if r.name in silent else r for r in parsed]
     if choice.correction is not None:
         parsed = [_corrected(rule, choice.name, choice.correction) for rule in parsed]
     return Pack(
