@@ -54,7 +54,7 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
     """Roll a session back."""
     ctx = request.app[CONTEXT]
     session_id = request.match_info["id"]
-    if session_id not in ctx.journal.sessions:
+    if await ctx.journal.find_session(session_id) is None:
         raise ApiError(404, "not_found", f"no session {session_id!r}")
     if ctx.rollback is None:
         raise ApiError(503, "unavailable", "rollback is not available in this process")

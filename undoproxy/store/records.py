@@ -109,8 +109,8 @@ class Step:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Step:
-        """The Step a `SELECT *` row describes."""
-        values = dict(row)
+        """The Step a `SELECT *` row describes (columns it does not know are left out)."""
+        values = {k: v for k, v in row.items() if k in STEP_COLUMNS}
         for name in _JSON_COLUMNS:
             if values.get(name) is not None:
                 values[name] = json.loads(values[name])
