@@ -179,6 +179,25 @@ def test_an_approval_denied_on_b_refuses_the_request_held_on_a(
     assert response.json()["error"] == "undoproxy_denied"
 
 
+def test_a_freeze_on_b_denies_what_a_holds_and_stops_a_forwarding(
+    a: Undoproxy, b: Undoproxy, plain_upstream: ThreadedServer, session_id: str
+) -> None:
+    url = f"{plain_upstream.base_url}/held/{uuid.uuid4().hex}"
+    agent = in_thread(lambda: a.agent(session_id).post(url, json={}, timeout=60))
+    approval = wait_pending(b, session_id)
+    assert b.api("POST", f"/api/sessions/{session_id}/freeze").status_code == 200
+    response = agent.result(30)
+    assert response.status_code == 403 and "frozen" in response.json()["reason"]
+    assert wait_state(b, approval["id"], "denied")["decided_by"] == "undoproxy"
+
+    def mutation_refused() -> dict[str, Any] | None:
+        r = a.agent(session_id).put(f"{plain_upstream.base_url}/f", json={})
+        return dict(r.json()) if r.status_code == 403 else None
+
+    refused = until(mutation_refused, what="A refuses the frozen session's mutations")
+    assert refused["error"] == "undoproxy_frozen"
+
+
 @pytest.fixture
 def state() -> rest.RestState:
     s = rest.RestState(token=SECRET)

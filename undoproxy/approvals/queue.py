@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from undoproxy.store.journal import Journal
 log = logging.getLogger(__name__)
 FROZEN_SESSION = "the session was frozen (kill switch); this request was never forwarded"
 FROZEN_ALL = "every session was frozen (kill switch); this request was never forwarded"
+ROLLING_BACK = "the session is being rolled back; this request was never forwarded"
 
 
 class ApprovalError(UndoproxyError):
@@ -211,12 +213,23 @@ class ApprovalQueue:
         return known
 
     def _arrived(self, kind: str, data: dict[str, Any]) -> None:
-        """An approval changed on another replica (shared journals): act on it if held here."""
-        if kind != "approval" or not isinstance(data.get("id"), str):
-            return
-        task = asyncio.get_running_loop().create_task(self._apply_remote(data["id"]))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """A change on another replica (shared journals) that requests held here depend on:
+        their approval was decided, their session was frozen or is being rolled back, or
+        every session was frozen."""
+        work: Coroutine[Any, Any, Any] | None = None
+        if kind == "approval" and isinstance(data.get("id"), str):
+            work = self._apply_remote(data["id"])
+        elif kind == "session" and isinstance(data.get("id"), str):
+            if data.get("frozen"):
+                work = self.deny_session(data["id"], FROZEN_SESSION)
+            elif data.get("state") == "rolling_back":
+                work = self.deny_session(data["id"], ROLLING_BACK)
+        elif kind == "freeze" and data.get("all"):
+            work = self.deny_all(FROZEN_ALL)
+        if work is not None:
+            task = asyncio.get_running_loop().create_task(work)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _apply_remote(self, approval_id: str) -> None:
         known = await store.load(self.journal, approval_id)

@@ -9,8 +9,10 @@ about. A notification carries at most ~8000 bytes: an approval travels as its id
 In: the replica's presence connection LISTENs; each event from another replica is handled
 in order by one task:
 - `session`: the session is reloaded from the database into the cache (its state, frozen
-  flag and token are what other hooks decide on) and re-published;
-- `freeze`: the global kill switch is reloaded and the event re-published;
+  flag and token are what other hooks decide on), handed to `EventBus.arrived` (the
+  approvals queue denies what it holds of a session frozen or being rolled back) and
+  re-published;
+- `freeze`: the global kill switch is reloaded, handed to `arrived`, re-published;
 - `approval`: handed to `EventBus.arrived` (the approvals queue releases or refuses a request
   it holds, and re-publishes the approval as it now is);
 - anything else (`step`): re-published as it came.
@@ -137,9 +139,12 @@ class Relay:
         if kind == "session":
             session = await journal.reload_session(str(data.get("id")))
             if session is not None:
-                events.publish("session", session_summary(session), remote=True)
+                summary = session_summary(session)
+                events.arrived("session", summary)
+                events.publish("session", summary, remote=True)
         elif kind == "freeze":
             await journal.reload_frozen_all()
+            events.arrived("freeze", data)
             events.publish("freeze", data, remote=True)
         elif kind == "approval":
             events.arrived(kind, data)
