@@ -178,7 +178,8 @@ class Mitmdump(Child):
 
     name = "mitmdump"
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, options: tuple[str, ...] = ()) -> None:
+        """`options`: more `--set NAME=VALUE` (e.g. `stream_large_bodies=1` to stream)."""
         directory.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.cafile = str(directory / CA_CERT)
@@ -196,6 +197,7 @@ class Mitmdump(Child):
                 "ssl_insecure=true",
                 "--set",
                 f"confdir={directory}",
+                *(arg for option in options for arg in ("--set", option)),
             ]
         )
         wait_listening(self.port, self)
@@ -212,7 +214,9 @@ class Undoproxy(Child):
         directory: Path,
         rules: list[dict[str, Any]] | None = None,
         extra: dict[str, Any] | None = None,
+        launcher: list[str] | None = None,
     ) -> None:
+        """`launcher` replaces `python -m undoproxy` (bench/nochain.py for the chain's cost)."""
         directory.mkdir(parents=True, exist_ok=True)
         self.state_dir = directory / "state"
         config: dict[str, Any] = {
@@ -226,9 +230,8 @@ class Undoproxy(Child):
         }
         self.config_path = directory / "config.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        super().__init__(
-            [sys.executable, "-m", "undoproxy", "run", "-c", str(self.config_path)], cwd=ROOT
-        )
+        command = launcher or [sys.executable, "-m", "undoproxy"]
+        super().__init__([*command, "run", "-c", str(self.config_path)], cwd=ROOT)
         deadline = time.monotonic() + 30
         found: dict[str, int] = {}
         while len(found) < 2:

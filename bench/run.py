@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark and print one table of ratios measured in the same run.
 
-    .venv/bin/python bench/run.py                      # everything (about 7 minutes)
+    .venv/bin/python bench/run.py                      # everything (about 9 minutes)
     .venv/bin/python bench/run.py passthrough holds    # some of them
     .venv/bin/python bench/run.py --rounds 10 --seconds 3
 
@@ -20,7 +20,9 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+import chain
 import holds
+import llm
 import mutations
 import paired
 import passthrough
@@ -33,9 +35,11 @@ Benchmark = Callable[[Path, argparse.Namespace], list[Row]]
 BENCHMARKS: dict[str, Benchmark] = {
     "passthrough": lambda d, a: passthrough.run(d, a.rounds, a.seconds),
     "mutations": lambda d, a: mutations.run(d, a.rounds, a.seconds),
+    "chain": lambda d, a: chain.run(d, a.rounds, a.seconds),
     "holds": lambda d, a: holds.run(d, a.rounds, a.seconds),
     "rollback": lambda d, a: rollback.run(d),
     "rules": lambda d, a: rules.run(),
+    "llm": lambda d, a: llm.run(d, max(2, a.rounds // 2)),
 }
 
 

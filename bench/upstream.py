@@ -11,6 +11,9 @@ Routes:
 - `POST /seed?n=N`: creates N items at once and lists their ids (for the direct DELETE rate).
 - `POST /held`: answers 200 (what a held request gets once approved).
 - `GET /stats`: how many items exist and how many requests of each kind were served.
+- `POST /v1/chat/completions?delay_ms=N`: an OpenAI-style streamed chat completion
+  (`text/event-stream`): the first chunk at once, then after N ms the rest, the usage chunk
+  and `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -102,6 +105,40 @@ async def held(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
+def _chunk(n: int, delta: dict[str, Any] | None, **extra: Any) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": extra.pop("finish", None)}
+    doc = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1767225600 + n,
+        "model": "gpt-4o-mini",
+        "choices": [choice] if delta is not None else [],
+        **extra,
+    }
+    return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+
+async def chat_stream(request: web.Request) -> web.StreamResponse:
+    """A streamed chat completion whose first chunk comes `delay_ms` before the rest."""
+    await request.read()
+    request.app[STATE].served["chat"] += 1
+    delay = int(request.query.get("delay_ms", "300")) / 1000
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    await response.write(_chunk(0, {"role": "assistant", "content": "The"}))
+    await asyncio.sleep(delay)
+    for n, word in enumerate((" answer", " is", " 42", "."), start=1):
+        await response.write(_chunk(n, {"content": word}))
+    await response.write(_chunk(5, {}, finish="stop"))
+    usage = {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+    await response.write(_chunk(6, None, usage=usage))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
 async def stats(request: web.Request) -> web.Response:
     """Item count and requests served, for the benchmarks' consistency checks."""
     state = request.app[STATE]
@@ -121,6 +158,7 @@ def create_app() -> web.Application:
             web.post("/seed", seed),
             web.post("/held", held),
             web.get("/stats", stats),
+            web.post("/v1/chat/completions", chat_stream),
         ]
     )
     return app

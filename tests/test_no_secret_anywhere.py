@@ -1,8 +1,9 @@
 """Secrets an agent sends never come out of undoproxy: planted in every place a request can
 carry one, then looked for in every output a person or a program can read — the admin API,
 the event stream, every CLI command and export format, the page and undoproxy's own log — and
-in the database file with its WAL, byte for byte, for everything but the bodies (which the
-journal keeps as sent: see README, The journal)."""
+in the database file with its WAL, byte for byte, for everything but the agent's own request
+and response bodies (the audit record, kept as sent: see README, The journal; what rollback
+replays is sealed: tests/rollback/test_sealed_bodies.py)."""
 
 from __future__ import annotations
 

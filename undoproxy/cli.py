@@ -521,6 +521,8 @@ def cmd_rules_explain(args: argparse.Namespace) -> int:
     irreversible = None
     if config.defaults_mutations == "hold-irreversible":
         signed = signature_scheme(headers)
+        if config.signing.for_url(url) is not None:
+            signed = None  # undoproxy signs its own requests to this host (signing:)
         plan = plan_for(view, None, {}, auto=config.defaults_compensate == "auto")
         irreversible = f"the request is signed ({signed})" if signed else plan.reason
     _out(

@@ -19,6 +19,8 @@ from undoproxy.errors import ConfigError, ConfigErrors, Location
 from undoproxy.rules import RuleSet, parse_rules
 from undoproxy.rules.guards import Guard, RepeatGuard, parse_count, parse_repeat
 from undoproxy.rules.packs import ALL_PACKS
+from undoproxy.signing import Signers
+from undoproxy.signing_config import parse_signing
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
 
@@ -227,10 +229,18 @@ SETTINGS: tuple[Setting, ...] = (
         "an entry is a name or {name, hosts} (see docs/packs.md)",
         _urls,
     ),
+    Setting(
+        "signing",
+        [],
+        "keys undoproxy signs its own snapshots, reads and compensations with, per host "
+        "(AWS SigV4: {host, aws: {access_key_id, secret_access_key, region, service}}); "
+        "a signed request to a host without one is irreversible (see docs/packs.md#s3)",
+        _urls,
+    ),
 )
-# `include`, `rules` and `packs` are validated by the rules engine; their parse functions above
-# are unused.
-_RULE_KEYS = ("include", "rules", "packs")
+# `include`, `rules` and `packs` are validated by the rules engine, `signing` by
+# signing_config.py; their parse functions above are unused.
+_RULE_KEYS = ("include", "rules", "packs", "signing")
 _SECTIONS = {"proxy", "admin", "store", "approvals", "defaults", "guard"}
 _TOP_LEVEL = _SECTIONS | {"state_dir", *_RULE_KEYS}
 
@@ -254,6 +264,7 @@ class Config:
     defaults_compensate: str = "auto"
     hold_at: str = "never"
     guard: Guard = field(default_factory=Guard)
+    signing: Signers = field(default_factory=Signers)  # keys kept in memory only
     rules: RuleSet = field(
         default_factory=lambda: parse_rules(
             None, None, base_dir=Path.cwd(), where=Location("<defaults>", 0)
@@ -369,6 +380,9 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
                 "store.url and store.path: give one (PostgreSQL or a SQLite file), not both",
             )
         )
+    signing, signing_errors = parse_signing(doc.get("signing"), loc(doc, "signing"))
+    errors.extend(signing_errors)
+
     if errors:
         errors.sort(key=lambda e: (e.where.file, e.where.line) if e.where else ("", 0))
         raise ConfigErrors(errors)
@@ -401,5 +415,6 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
             parsed["guard.repeat"],
         ),
         rules=rules,
+        signing=signing,
         source=None if where.file == "<defaults>" else where.file,
     )

@@ -34,7 +34,7 @@ def write_private(path: Path, data: bytes) -> None:
 
 
 class CredentialBox:
-    """Seals and opens header dicts with one symmetric key."""
+    """Seals and opens header dicts (and, for the journal, replayable bodies) with one key."""
 
     def __init__(self, key: bytes) -> None:
         self._fernet = Fernet(key)
@@ -43,6 +43,24 @@ class CredentialBox:
     def fingerprint(self) -> str:
         """Names the key without revealing it: HMAC-SHA256 of a fixed text under the key."""
         return hmac.new(self._key, b"undoproxy credentials key", hashlib.sha256).hexdigest()
+
+    _process: CredentialBox | None = None
+
+    @classmethod
+    def for_this_process(cls) -> CredentialBox:
+        """A key that lives as long as this process: for a journal opened without one
+        (tests, tools); what it seals is unreadable to any other process."""
+        if cls._process is None:
+            cls._process = cls(Fernet.generate_key())
+        return cls._process
+
+    def encrypt(self, data: bytes) -> bytes:
+        """`data` encrypted and authenticated (a Fernet token, URL-safe base64 text)."""
+        return self._fernet.encrypt(data)
+
+    def decrypt(self, token: bytes) -> bytes:
+        """What `encrypt` sealed; raises InvalidToken when the key differs or it was edited."""
+        return self._fernet.decrypt(token)
 
     @classmethod
     def from_state_dir(cls, state_dir: Path) -> CredentialBox:

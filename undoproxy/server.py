@@ -95,9 +95,9 @@ async def start(config: Config) -> Running:
     _prepare_state_dir(config.state_dir)
     token, generated = admin_token(config)
     events = EventBus()
-    journal = await open_store(config, events)
+    box = CredentialBox.from_state_dir(config.state_dir)
+    journal = await open_store(config, events, box)
     try:
-        box = CredentialBox.from_state_dir(config.state_dir)
         await journal.claim_key(box.fingerprint())
     except BaseException:
         await journal.close()
@@ -114,7 +114,7 @@ async def start(config: Config) -> Running:
     listeners = SessionListeners(proxy_server, config.proxy_listen[0], config.state_dir)
     snapshots = Snapshots(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure),
+        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
         box,
         auto=config.defaults_compensate == "auto",
     )
@@ -143,6 +143,7 @@ async def start(config: Config) -> Running:
             hold_at=config.hold_at,
             guard=config.guard,
             auto_compensate=config.defaults_compensate == "auto",
+            signers=config.signing,
         ),
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
@@ -173,7 +174,10 @@ async def start(config: Config) -> Running:
     context.approvals = approvals
     context.inflight = inflight
     context.rollback = Rollback(
-        journal, UpstreamClient(insecure=config.upstream_insecure), box, inflight=inflight
+        journal,
+        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
+        box,
+        inflight=inflight,
     )
 
     app = create_app(context, extra_routes=listener_routes.ROUTES)

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
+from yarl import URL
 
 from undoproxy import redact
 from undoproxy.retry import RETRY_STATUSES, RetryPolicy
+from undoproxy.signing import Signers
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +59,17 @@ class UpstreamError(Exception):
 
 
 class UpstreamClient:
-    """One aiohttp session for all of undoproxy's own upstream requests."""
+    """One aiohttp session for all of undoproxy's own upstream requests.
 
-    def __init__(self, *, insecure: bool = False, timeout: float = 30.0) -> None:
+    A request to a host that `signers` has a key for is signed at send time, each attempt
+    afresh (undoproxy's key replaces the agent's signature; see `undoproxy/signing.py`).
+    """
+
+    def __init__(
+        self, *, insecure: bool = False, timeout: float = 30.0, signers: Signers | None = None
+    ) -> None:
         self._insecure = insecure
+        self.signers = signers or Signers()
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
@@ -85,9 +94,14 @@ class UpstreamClient:
         body: bytes | None = None,
     ) -> UpstreamResponse:
         """One attempt; raises UpstreamError when no response arrives."""
+        target: str | URL = url
+        sent_headers = dict(headers or {})
+        if self.signers.for_url(url) is not None:
+            url, sent_headers = self.signers.sign(method, url, sent_headers, body)
+            target = URL(url, encoded=True)  # sent exactly as signed, never re-quoted
         try:
             async with self._client().request(
-                method, url, headers=dict(headers or {}), data=body, allow_redirects=False
+                method, target, headers=sent_headers, data=body, allow_redirects=False
             ) as resp:
                 data = await resp.read()
                 return UpstreamResponse(resp.status, dict(resp.headers), data)

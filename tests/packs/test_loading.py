@@ -109,9 +109,20 @@ def test_hosts_puts_a_pack_on_other_hosts_with_its_enterprise_prefix(tmp_path: P
         ("packs: llm\n", "config.yaml:1: packs must be a list of pack names or {name, hosts}"),
         ("proxy: {}\npacks:\n", "config.yaml:2: packs: expected a list of packs ([] for none)"),
         (
-            "packs:\n  - name: email\n    correction: {subject: Oops, text: Ignore it}\n",
-            "config.yaml:3: correction (an email sent to the same recipients on rollback) is "
-            "not supported yet",
+            "packs:\n  - name: github\n    correction: {subject: Oops, text: Ignore it}\n",
+            "config.yaml:3: correction is only for the email pack",
+        ),
+        (
+            "packs:\n  - name: email\n    correction: {subject: Oops}\n",
+            "config.yaml:3: correction needs a text: non-empty text",
+        ),
+        (
+            "packs:\n  - name: email\n    correction: {subject: Oops, text: x, html: y}\n",
+            "config.yaml:3: unknown key 'html' in correction",
+        ),
+        (
+            "packs:\n  - name: email\n    correction: Oops\n",
+            "config.yaml:3: correction must be a mapping {subject, text}, got 'Oops'",
         ),
     ],
     ids=[
@@ -121,7 +132,10 @@ def test_hosts_puts_a_pack_on_other_hosts_with_its_enterprise_prefix(tmp_path: P
         "listed-twice",
         "not-a-list",
         "empty",
-        "correction-not-yet",
+        "correction-not-email",
+        "correction-no-text",
+        "correction-unknown-key",
+        "correction-not-a-mapping",
     ],
 )
 def test_bad_packs_entries_are_errors_with_file_and_line(
@@ -192,3 +206,25 @@ def test_rules_check_and_explain_name_the_pack_rule(tmp_path: Path) -> None:
     bad = _config(tmp_path, "packs: [nope]\n")
     failed = _cli("rules", "check", "-c", str(bad), cwd=tmp_path)
     assert failed.returncode == 2 and "config.yaml:1: unknown pack 'nope'" in failed.stderr
+
+
+def test_an_email_correction_goes_to_every_email_rule_and_only_there(tmp_path: Path) -> None:
+    config = load_config(
+        _config(
+            tmp_path,
+            """
+            packs:
+              - name: email
+                correction: {subject: Sorry, text: Please ignore my last email.}
+              - slack
+            """,
+        )
+    )
+    corrected = {r.name: r.correction for r in config.rules.rules if r.correction is not None}
+    assert sorted(corrected) == sorted(
+        f"email/{name}"
+        for name in ("sendgrid", "mailgun", "mailgun-mime", "postmark", "postmark-batch",
+                     "resend", "ses")
+    )  # fmt: skip
+    c = corrected["email/sendgrid"]
+    assert (c.provider, c.subject, c.text) == ("sendgrid", "Sorry", "Please ignore my last email.")

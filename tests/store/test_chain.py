@@ -224,10 +224,11 @@ async def test_a_row_replaced_through_the_writer_gets_its_next_version(tmp_path:
         step = a_step(journal, "s1")
         await journal.write_ahead(step)
         step.status = "succeeded"
-        columns = ", ".join(step.to_row())
-        marks = ", ".join(f":{c}" for c in step.to_row())
+        row = step.to_row(journal.box.encrypt)
+        columns = ", ".join(row)
+        marks = ", ".join(f":{c}" for c in row)
         await journal.writer.write(
-            f"INSERT OR REPLACE INTO steps ({columns}) VALUES ({marks})", step.to_row()
+            f"INSERT OR REPLACE INTO steps ({columns}) VALUES ({marks})", row
         )
     finally:
         await journal.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from undoproxy.compensators import github, slack, stripe
+from undoproxy.compensators import github, s3, slack, stripe
 
 GENERIC: dict[str, str] = {
     "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
@@ -12,7 +12,12 @@ GENERIC: dict[str, str] = {
 }
 
 # API packs: named compensators that know one API's inverse operations.
-PACKS: dict[str, str] = {**github.DESCRIPTIONS, **stripe.DESCRIPTIONS, **slack.DESCRIPTIONS}
+PACKS: dict[str, str] = {
+    **github.DESCRIPTIONS,
+    **stripe.DESCRIPTIONS,
+    **slack.DESCRIPTIONS,
+    **s3.DESCRIPTIONS,
+}
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})
 

@@ -142,6 +142,8 @@ class Facts:
     response_status: int | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     response_body: bytes | None = None
+    # Every snapshot taken before the step, by URL (`snapshot` is the first of them).
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
 
     @property
     def request_json(self) -> Any:
@@ -174,6 +176,13 @@ class Plan:
     template: dict[str, Any] | None = None
     reason: str | None = None  # why it is irreversible
     inferred: bool = False  # chosen by defaults.compensate: auto, not by a rule
+    # More URLs to GET before forwarding, besides snapshot_url (a pack's: an S3 object's
+    # tags, every key of a DeleteObjects); the builder finds them in Facts.snapshots.
+    more_snapshots: tuple[str, ...] = ()
+    # The email pack's correction, {provider, subject, text} (see compensators/email.py),
+    # and why it cannot be sent when that is known before forwarding (a signed request).
+    correction: dict[str, str] | None = None
+    correction_blocked: str | None = None
 
     @property
     def irreversible(self) -> bool:

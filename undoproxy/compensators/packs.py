@@ -10,11 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from undoproxy.compensators import github, slack, stripe
+from undoproxy.compensators import github, s3, slack, stripe
 from undoproxy.compensators.model import Facts
 
 PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **github.BUILDERS,
     **stripe.BUILDERS,
     **slack.BUILDERS,
+    **s3.BUILDERS,
 }
+
+# Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
+# from (method, url, body); raises Irreversible when the request cannot be undone at all.
+PACK_SNAPSHOTS: dict[str, Callable[[str, str, bytes], list[str]]] = {**s3.SNAPSHOTS}

@@ -10,11 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
-from undoproxy.compensators.model import Plan, parse_form
+from undoproxy.compensators.model import Irreversible, Plan, parse_form
+from undoproxy.compensators.packs import PACK_SNAPSHOTS
 from undoproxy.rules import Rule, TemplateContext, TemplateError, render_url
 from undoproxy.rules.request import NOT_JSON, RequestView
 
 INFERRED = {"PUT": "restore", "PATCH": "restore", "DELETE": "recreate", "POST": "delete-created"}
+
+
+def _pack_plan(name: str, request: RequestView) -> Plan:
+    """A pack that says itself what to read before the request (an S3 object and its tags)."""
+    try:
+        urls = PACK_SNAPSHOTS[name](request.method, request.url, request.body)
+    except Irreversible as exc:
+        return Plan("irreversible", reason=str(exc))
+    return Plan(name, snapshot_url=urls[0] if urls else None, more_snapshots=tuple(urls[1:]))
 
 
 def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, str]) -> str:
@@ -31,7 +41,23 @@ def snapshot_url(rule: Rule | None, request: RequestView, captures: dict[str, st
 def plan_for(
     request: RequestView, rule: Rule | None, captures: dict[str, str], *, auto: bool
 ) -> Plan:
-    """The compensation plan of a mutation."""
+    """The compensation plan of a mutation (with the email pack's correction, if any)."""
+    plan = _plan_for(request, rule, captures, auto=auto)
+    plan.correction = correction_of(rule)
+    return plan
+
+
+def correction_of(rule: Rule | None) -> dict[str, str] | None:
+    """The correction a rule carries, as plain data for the compensator."""
+    if rule is None or rule.correction is None:
+        return None
+    c = rule.correction
+    return {"provider": c.provider, "subject": c.subject, "text": c.text}
+
+
+def _plan_for(
+    request: RequestView, rule: Rule | None, captures: dict[str, str], *, auto: bool
+) -> Plan:
     compensate: str | dict[str, Any] | None = rule.compensate if rule is not None else None
     try:
         if compensate == "none":
@@ -42,6 +68,8 @@ def plan_for(
             wants_snapshot = rule is not None and rule.snapshot_needed()
             url = snapshot_url(rule, request, captures) if wants_snapshot else None
             return Plan("template", snapshot_url=url, template=compensate)
+        if isinstance(compensate, str) and compensate in PACK_SNAPSHOTS:
+            return _pack_plan(compensate, request)
         if isinstance(compensate, str):
             url = (
                 snapshot_url(rule, request, captures)

@@ -11,6 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+UNREADABLE_BODY = (
+    "the body this compensation must send is encrypted with another credentials key (the "
+    "journal was opened by an installation whose state dir key differs): it cannot be sent; "
+    "restore the original key (UNDOPROXY_CREDENTIALS_KEY or <state_dir>/credentials.key) or "
+    "undo this step by hand"
+)
+
+
+def _body_unreadable(raw: Mapping[str, Any]) -> bool:
+    """True when the store could not open a sealed body of this record (store/bodies.py)."""
+    parts: list[Any] = [raw, raw.get("fallback"), *(raw.get("then") or ())]
+    return any(isinstance(p, Mapping) and p.get("body_unreadable") for p in parts)
+
 
 @dataclass(frozen=True)
 class InverseRequest:
@@ -25,6 +38,8 @@ class InverseRequest:
     # Slack errors that say the undo already holds (`message_not_found` for chat.delete)
     ok_errors: tuple[str, ...] = ()
     says_repeatable: bool = False  # a pack says sending it twice leaves the same state (Slack)
+    # its body was sealed with another credentials key (store/bodies.py): it cannot be sent
+    body_unreadable: bool = False
     forward_credentials: bool = False  # a rule's `credentials: forward`
 
     @property
@@ -50,6 +65,7 @@ class InverseRequest:
             ok_errors=tuple(str(e) for e in data.get("ok_errors") or ()),
             says_repeatable=bool(data.get("repeatable")),
             forward_credentials=data.get("credentials") == "forward",
+            body_unreadable=bool(data.get("body_unreadable")),
         )
 
 
@@ -69,19 +85,21 @@ class CompensationRecord:
     then: tuple[InverseRequest, ...] = ()  # more requests after `request` (one per label, user)
     readback: dict[str, Any] | None = None  # a pack's read-back (see compensators/readback.py)
     inferred: bool = False  # chosen by `defaults.compensate: auto`, not by a rule
+    correction: dict[str, Any] | None = None  # the email pack's (see rollback/correction.py)
 
     @classmethod
     def of(cls, data: Mapping[str, Any] | None) -> CompensationRecord:
         """From the journal's form (None: nothing was recorded)."""
         raw = dict(data or {})
-        ready = bool(raw.get("ready")) and bool(raw.get("method"))
+        sealed_away = _body_unreadable(raw)
+        ready = bool(raw.get("ready")) and bool(raw.get("method")) and not sealed_away
         fallback = raw.get("fallback")
         return cls(
             raw=raw,
             kind=raw.get("kind"),
             request=InverseRequest.of(raw) if ready else None,
             fallback=InverseRequest.of(fallback) if isinstance(fallback, Mapping) else None,
-            reason=raw.get("reason") or None,
+            reason=UNREADABLE_BODY if sealed_away else raw.get("reason") or None,
             noop=raw.get("noop") or None,
             snapshot_url=raw.get("snapshot_url") or None,
             after=raw.get("after") or None,
@@ -89,4 +107,6 @@ class CompensationRecord:
             then=tuple(InverseRequest.of(r) for r in raw.get("then") or () if isinstance(r, dict)),
             readback=raw.get("readback") if isinstance(raw.get("readback"), dict) else None,
             inferred=bool(raw.get("inferred")),
+            correction=raw.get("correction") if isinstance(raw.get("correction"), dict) else None,
         )
+

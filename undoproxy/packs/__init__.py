@@ -11,7 +11,17 @@ from typing import Final
 
 PACKS_DIR: Final = Path(__file__).parent
 # The built-in order: with no `packs:` key every pack is on, its rules tried in this order.
-BUILTIN_ORDER: Final = ("llm", "github", "stripe", "slack", "email", "graphql", "mcp", "search")
+BUILTIN_ORDER: Final = (
+    "llm",
+    "github",
+    "stripe",
+    "slack",
+    "email",
+    "graphql",
+    "mcp",
+    "search",
+    "s3",
+)
 
 
 def pack_file(name: str) -> Path:

@@ -50,6 +50,8 @@ def _match(rule: Rule) -> str:
         parts.append(",".join(h.text for h in spec.hosts))
     methods = ",".join(sorted(rule.methods)) if rule.methods else "any method"
     parts.append(f"{methods} {spec.path.text if spec.path else '/**'}")
+    parts.extend(f"?{q.describe()}" for q in spec.query)
+    parts.extend(f"{h.describe()}" for h in spec.headers)
     parts.extend(f"{b.path.text} {b.condition.describe()}" for b in spec.body)
     if spec.graphql is not None:
         parts.append(f"graphql: {'|'.join(sorted(spec.graphql))}")

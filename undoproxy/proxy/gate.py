@@ -23,6 +23,7 @@ from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.rules import RuleSet
 from undoproxy.rules.guards import Guard
 from undoproxy.rules.model import RISKS
+from undoproxy.signing import Signers
 from undoproxy.store.journal import Journal
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,10 @@ class Gate:
         hold_at: str = "never",
         guard: Guard | None = None,
         auto_compensate: bool = True,
+        signers: Signers | None = None,
     ) -> None:
         self.rules = rules
+        self.signers = signers
         self.journal = journal
         self.default_mutations = default_mutations
         self.holder = holder
@@ -123,7 +126,7 @@ class Gate:
             return
         state.action = self.default_mutations
         if state.action == "hold-irreversible":
-            plan = plan_of(flow, state, auto=self.auto_compensate)
+            plan = plan_of(flow, state, auto=self.auto_compensate, signers=self.signers)
             if plan.irreversible:
                 state.action = "hold"
                 state.hold_reason = f"no compensation is known: {plan.reason}"

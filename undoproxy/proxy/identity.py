@@ -148,7 +148,11 @@ class SessionIdentity:
         self._tunnels.pop(client.id, None)
 
 
+_STRIP_RAW = frozenset(name.lower().encode() for name in _STRIP)
+
+
 def _strip(headers: http.Headers) -> None:
-    for name in _STRIP:
-        if name in headers:
-            del headers[name]
+    # One pass over the raw fields: this runs for every request an agent makes.
+    fields = headers.fields
+    if any(name.lower() in _STRIP_RAW for name, _ in fields):
+        headers.fields = tuple(f for f in fields if f[0].lower() not in _STRIP_RAW)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from mitmproxy import http
 
 from undoproxy.compensators.model import Plan
-from undoproxy.compensators.plan import plan_for
+from undoproxy.compensators.plan import correction_of, plan_for
 from undoproxy.credentials import signature_scheme
 from undoproxy.proxy.state import FlowState
 from undoproxy.rules import RequestView
+from undoproxy.signing import Signers, missing_key_reason
 
 
 def request_view(flow: http.HTTPFlow) -> RequestView:
@@ -23,15 +24,24 @@ def request_view(flow: http.HTTPFlow) -> RequestView:
     )
 
 
-def plan_of(flow: http.HTTPFlow, state: FlowState, *, auto: bool) -> Plan:
-    """Which compensation this mutation gets (decided before it is forwarded)."""
+def plan_of(
+    flow: http.HTTPFlow, state: FlowState, *, auto: bool, signers: Signers | None = None
+) -> Plan:
+    """Which compensation this mutation gets (decided before it is forwarded).
+
+    A signed request gets one only when `signing:` gives undoproxy a key for its host: the
+    agent's signature cannot be replayed, undoproxy signs its own requests with that key.
+    """
     view = state.view or request_view(flow)
     state.view = view
-    signed = signature_scheme(list(flow.request.headers.items(multi=True)))
-    if signed is not None:
+    items = list(flow.request.headers.items(multi=True))
+    signed = signature_scheme(items)
+    if signed is not None and (signers is None or signers.for_url(flow.request.url) is None):
         return Plan(
             "irreversible",
-            reason=f"the request is signed ({signed}): its signature cannot be replayed "
-            "to read the target before it or to send an inverse request after it",
+            reason=missing_key_reason(signed, flow.request.url, items),
+            correction=correction_of(state.rule),
+            correction_blocked=f"the email was sent with a signed request ({signed}) and "
+            "`signing:` gives undoproxy no key for its host: send the correction by hand",
         )
     return plan_for(view, state.rule, state.captures, auto=auto)

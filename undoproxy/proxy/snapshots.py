@@ -28,7 +28,7 @@ from undoproxy.compensators.model import (
     parse_json,
     representation_headers,
 )
-from undoproxy.credentials import CredentialBox, credentials_for, urls_in
+from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
 from undoproxy.proxy import answers
 from undoproxy.proxy.planning import plan_of
 from undoproxy.proxy.state import FlowState, state_of
@@ -40,6 +40,8 @@ from undoproxy.upstream import UpstreamClient, UpstreamError, snapshot_headers
 log = logging.getLogger(__name__)
 SNAPSHOT_RETRY = RetryPolicy(attempts=3, base=0.1, cap=1.0, max_retry_after=5.0)
 SNAPSHOT_LIMIT = 10 * 1024 * 1024
+SNAPSHOTS_TOTAL = 64 * 1024 * 1024  # all the snapshots of one step together
+SNAPSHOT_PARALLEL = 8
 
 
 class SnapshotFailed(Exception):
@@ -96,7 +98,37 @@ class Snapshots:
         )
 
     def _plan(self, flow: http.HTTPFlow, state: FlowState) -> Plan:
-        return plan_of(flow, state, auto=self.auto)
+        return plan_of(flow, state, auto=self.auto, signers=self.client.signers)
+
+    async def _take_all(self, plan: Plan, flow: http.HTTPFlow) -> dict[str, Snapshot]:
+        """The plan's snapshot and its `more_snapshots`, a few at a time; SnapshotFailed if
+        any fails or all of them together exceed SNAPSHOTS_TOTAL bytes."""
+        assert plan.snapshot_url is not None
+        urls = list(dict.fromkeys([plan.snapshot_url, *plan.more_snapshots]))
+        gate = asyncio.Semaphore(SNAPSHOT_PARALLEL)
+
+        async def one(url: str) -> Snapshot:
+            async with gate:
+                return await self.take(url, flow)
+
+        taken = await asyncio.gather(*(one(u) for u in urls))
+        if sum(len(s.body) for s in taken) > SNAPSHOTS_TOTAL:
+            raise SnapshotFailed(f"the targets together are larger than {SNAPSHOTS_TOTAL} bytes")
+        return dict(zip(urls, taken, strict=True))
+
+    def _failed_reason(self, flow: http.HTTPFlow, detail: str, signed: str | None) -> str:
+        """Why a step whose snapshot failed, but which was forwarded, is irreversible."""
+        detail = redact.text(detail)
+        if signed is None:
+            return f"the snapshot failed ({detail}) and the rule says on_snapshot_error: proceed"
+        entry = self.client.signers.for_url(flow.request.url)
+        key = f" with the {entry.describe()}" if entry is not None else ""
+        # The agent's write is not blocked: what failed is undoproxy's own signed read.
+        return (
+            f"the snapshot before it, signed by undoproxy{key}, failed ({detail}); the request "
+            "is signed, so it was forwarded without one. Check that key in signing: (a 403 "
+            "says it is wrong or lacks s3:GetObject / s3:GetObjectTagging)"
+        )
 
     async def preview(self, flow: http.HTTPFlow, state: FlowState) -> dict[str, Any] | None:
         """The target as it is now, for the approval page's diff (None when not applicable)."""
@@ -119,25 +151,26 @@ class Snapshots:
             return
         plan = self._plan(flow, state)
         snapshot = None
+        snapshots: dict[str, Snapshot] = {}
         if plan.snapshot_url is not None:
             try:
-                snapshot = await self.take(plan.snapshot_url, flow)
+                snapshots = await self._take_all(plan, flow)
+                snapshot = snapshots[plan.snapshot_url]
             except SnapshotFailed as exc:
+                signed = signature_scheme(list(flow.request.headers.items(multi=True)))
                 rule = state.rule
-                if rule is None or rule.on_snapshot_error != "proceed":
+                if signed is None and (rule is None or rule.on_snapshot_error != "proceed"):
                     self._block(flow, state, plan.snapshot_url, str(exc))
                     return
-                plan = Plan(
-                    "irreversible",
-                    reason=f"the snapshot failed ({redact.text(str(exc))}) and the rule "
-                    "says on_snapshot_error: proceed",
-                )
+                snapshots = {}
+                plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
         facts = Facts(
             flow.request.method,
             flow.request.url,
             dict(state.captures),
             flow.request.get_content(strict=False) or b"",
             snapshot,
+            snapshots=snapshots,
         )
         comp = prepare(plan, facts)
         if state.rule is not None and state.rule.credentials == "forward":
@@ -147,8 +180,9 @@ class Snapshots:
         state.pending_fields = {
             "snapshot": snapshot_json,
             "compensation": comp,
+            # An irreversible step keeps no credentials, unless a correction is to be sent.
             "credentials": None
-            if plan.irreversible
+            if plan.irreversible and plan.correction is None
             else self._seal(flow, state, comp, snapshot_json),
         }
 

@@ -34,6 +34,7 @@ from undoproxy.errors import JournalError, UndoproxyError
 from undoproxy.inflight import InFlight
 from undoproxy.retry import RetryPolicy
 from undoproxy.rollback.compare import ABSENT, PRESENT
+from undoproxy.rollback.correction import Corrector
 from undoproxy.rollback.judge import RESOLVE, Go, Judge, RunState, target_key
 from undoproxy.rollback.outgoing import (
     NotSendable,
@@ -81,6 +82,7 @@ class Rollback:
         self.inflight = inflight
         self.policy = policy or RetryPolicy()
         self.judge = Judge(client, box, self.policy)
+        self.corrector = Corrector(journal, client, box)
         self._running: set[str] = set()
 
     async def run(
@@ -262,6 +264,11 @@ class Rollback:
 
     async def _decide(self, step: Step, comp: CompensationRecord, run: RunState) -> Verdict:
         verdict = _precheck(step, comp)
+        if verdict is not None and verdict.status == "irreversible" and comp.correction:
+            # An email: irreversible, but the email pack's correction goes to its recipients.
+            return await self.corrector.run(
+                step, comp.raw, verdict, run.dry_run, lambda w: self._durably(run, w)
+            )
         if verdict is not None or comp.request is None:
             return verdict or Verdict("irreversible", "no compensation was recorded")
         request = comp.request

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
-from undoproxy.compensators import readback
+from undoproxy.compensators import readback, targets
 from undoproxy.compensators.model import Snapshot, origin, parse_json
 from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
@@ -295,6 +295,8 @@ class Judge:
         state: as_before | differs | unreadable | unsupported. `left` is True when the target
         is exactly as the agent's step left it (the spec's `left` checks all hold).
         """
+        if "targets" in spec:
+            return await self.read_targets(step, spec)
         current = await self.read(step, str(spec.get("url") or ""), None)
         if current.state == UNSUPPORTED:
             return "unsupported", f"the target cannot be read back ({current.why})", False
@@ -317,6 +319,41 @@ class Judge:
             return "differs", why, left
         fields = sorted({".".join(str(k) for k in c.get("path") or []) for c in checks} - {"ok"})
         return "as_before", f"as before ({', '.join(fields)})" if fields else "as before", left
+
+    async def read_targets(self, step: Step, spec: dict[str, Any]) -> tuple[str, str, bool]:
+        """A read-back over several targets (compensators/targets.py), as `read_back` says."""
+        diffs: list[str] = []
+        for check in spec.get("targets") or []:
+            found = await self._target(step, check)
+            if isinstance(found, tuple):
+                return found
+            diffs += found
+        if diffs:  # as the step left it? (only asked when not as before)
+            left_checks = list(spec.get("left") or [])
+            left = bool(left_checks)
+            for check in left_checks:
+                found = await self._target(step, check)
+                if isinstance(found, tuple) or found:
+                    left = False
+                    break
+            return "differs", f"not as it was before this step: {'; '.join(diffs)}", left
+        n = len(spec.get("targets") or [])
+        return "as_before", f"{n} target{'s' if n != 1 else ''} as before", False
+
+    async def _target(self, step: Step, check: dict[str, Any]) -> list[str] | tuple[str, str, bool]:
+        """How one target differs from its check, or (state, why, False) when unreadable."""
+        url = str(check.get("url") or "")
+        current = await self.read(step, url, None)
+        name = targets.label(url)
+        if current.state == UNSUPPORTED:
+            return "unsupported", f"{name} cannot be read back ({current.why})", False
+        if current.state not in (PRESENT, ABSENT):
+            return "unreadable", f"{name}: {current.why}", False
+        assert current.response is not None
+        resp = current.response
+        return [
+            f"{name}: {d}" for d in targets.differences(check, resp.status, resp.headers, resp.body)
+        ]
 
     async def drift_pack(self, step: Step, spec: dict[str, Any]) -> Verdict | Go:
         """Before a pack undo that overwrites fields: nobody changed them since the agent."""

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from undoproxy.compensators.model import parse_json
-from undoproxy.compensators.record import InverseRequest
+from undoproxy.compensators.record import UNREADABLE_BODY, InverseRequest
 from undoproxy.credentials import Credentials, credentials_for, with_query_credentials
 
 # Query parameters that make a write conditional on one version of the resource; --force and
@@ -133,6 +133,8 @@ def compensation_request(
     check_url(url)
     headers = credentials_for(url, step_url, credentials, forward=record.forward_credentials)
     headers.update(record.headers)
+    if record.body_unreadable:
+        raise NotSendable(UNREADABLE_BODY)
     body = None
     if record.body_b64:
         try:

@@ -46,6 +46,17 @@ class SnapshotSpec:
     url_template: str | None = None
 
 
+@dataclass(frozen=True)
+class Correction:
+    """What rollback also sends for an irreversible email rule (the email pack's `correction:`):
+    `text` under `subject` to the same recipients, through the API of `provider` (a rule of
+    the email pack: sendgrid, mailgun, postmark, resend, ses...)."""
+
+    provider: str
+    subject: str
+    text: str
+
+
 @dataclass(frozen=True, eq=False)
 class Rule:
     """One rule as loaded: what it matches and what undoproxy does with a match.
@@ -71,6 +82,7 @@ class Rule:
     # errors with HTTP 200 and "ok": false): the step is `failed`, nothing to undo.
     fails_when: tuple[BodyCondition, ...] = ()
     record: Record | None = None  # what a matching step records into its `meta`
+    correction: Correction | None = None  # set by the email pack's `correction:` only
     reason: str | None = None
     description: str | None = None
     match_spec: MatchSpec = field(default_factory=MatchSpec, repr=False)

@@ -9,24 +9,28 @@ A pack file is a mapping:
     rules: [...]                 # ordinary rules; each is called PACK/RULE
 
 `packs:` absent turns every built-in pack on, `packs: []` none; an entry is a pack name or
-`{name, hosts}`: with `hosts` the pack's rules match those hosts instead of their own.
+`{name, hosts}`: with `hosts` the pack's rules match those hosts instead of their own. The
+email pack's entry may also give `correction: {subject, text}`: each of its rules then carries
+that Correction (see undoproxy/compensators/email.py), which rollback sends to the recipients.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from undoproxy.compensators import email
 from undoproxy.errors import ConfigError, ConfigErrors, Location
 from undoproxy.packs import builtin_names, pack_file
 from undoproxy.rules.actions import Problems, at, unknown_keys
-from undoproxy.rules.model import Rule
+from undoproxy.rules.model import Correction, Rule
 from undoproxy.rules.patterns import HostPattern
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
 PACK_FILE_KEYS: Final = frozenset({"name", "description", "hosts", "enterprise_prefix", "rules"})
-PACK_ENTRY_KEYS: Final = frozenset({"name", "hosts"})
+PACK_ENTRY_KEYS: Final = frozenset({"name", "hosts", "correction"})
+CORRECTION_KEYS: Final = frozenset({"subject", "text"})
 
 
 class _AllPacks:
@@ -48,6 +52,7 @@ class PackChoice:
     name: str
     hosts: tuple[str, ...] | None = None
     where: Location | None = None
+    correction: tuple[str, str] | None = None  # the email pack's (subject, text)
 
 
 @dataclass(frozen=True)
@@ -79,19 +84,17 @@ def parse_choices(value: Any, where: Location, problems: Problems) -> list[PackC
     for i, entry in enumerate(value):
         loc = value.where(i) if isinstance(value, YList) else where
         hosts: tuple[str, ...] | None = None
+        correction: tuple[str, str] | None = None
         if isinstance(entry, dict):
             loc = location_of(entry, loc)
-            if "correction" in entry:  # the contract's email correction: not built yet
-                problems.add(
-                    at(entry, "correction", loc),
-                    "correction (an email sent to the same recipients on rollback) is not "
-                    "supported yet: leave it out (see docs/packs.md#email)",
-                )
-                entry = {k: v for k, v in entry.items() if k != "correction"}
             unknown_keys(entry, PACK_ENTRY_KEYS, "a packs entry", problems, loc)
             name = entry.get("name")
             if "hosts" in entry:
                 hosts = _hosts(entry["hosts"], at(entry, "hosts", loc), problems)
+            if "correction" in entry:
+                correction = _correction(
+                    entry["correction"], name, at(entry, "correction", loc), problems
+                )
         else:
             name = entry
         if not isinstance(name, str) or not name.strip():
@@ -104,8 +107,30 @@ def parse_choices(value: Any, where: Location, problems: Problems) -> list[PackC
             problems.add(loc, f"pack {name!r} is already listed at {seen[name]}")
             continue
         seen[name] = loc
-        out.append(PackChoice(name, hosts, loc))
+        out.append(PackChoice(name, hosts, loc, correction))
     return out
+
+
+def _correction(
+    value: Any, pack: Any, where: Location, problems: Problems
+) -> tuple[str, str] | None:
+    """The email pack's `correction: {subject, text}`, checked."""
+    if pack != "email":
+        problems.add(where, "correction is only for the email pack (an email sent on rollback)")
+        return None
+    if not isinstance(value, dict):
+        problems.add(where, f"correction must be a mapping {{subject, text}}, got {value!r}")
+        return None
+    where = location_of(value, where)
+    unknown_keys(value, CORRECTION_KEYS, "correction", problems, where)
+    texts = []
+    for key in ("subject", "text"):
+        text = value.get(key)
+        if not isinstance(text, str) or not text.strip():
+            problems.add(at(value, key, where), f"correction needs a {key}: non-empty text")
+            return None
+        texts.append(text)
+    return texts[0], texts[1]
 
 
 def _hosts(
@@ -169,6 +194,8 @@ def load_pack(
     placed.location = location_of(rules, where)
     placed.item_locations = list(getattr(rules, "item_locations", []))
     parsed = parse_list(placed, where, "rules", problems, names, f"{choice.name}/")
+    if choice.correction is not None:
+        parsed = [_corrected(rule, choice.name, choice.correction) for rule in parsed]
     return Pack(
         name=choice.name,
         description=description,
@@ -177,6 +204,14 @@ def load_pack(
         rules=tuple(parsed),
         where=where,
     )
+
+
+def _corrected(rule: Rule, pack: str, correction: tuple[str, str]) -> Rule:
+    """A pack rule carrying the correction its provider's builder can send (others: as is)."""
+    provider = rule.name.removeprefix(f"{pack}/")
+    if provider not in email.BUILDERS:
+        return rule
+    return replace(rule, correction=Correction(provider, *correction))
 
 
 def _place(

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from undoproxy.config import Config
+from undoproxy.credentials import CredentialBox
 from undoproxy.events import EventBus
 from undoproxy.store.journal import Journal
 
 
-async def open_store(config: Config, events: EventBus | None = None) -> Journal:
-    """Open (create, migrate, recover) the configured journal; UndoproxyError when it cannot."""
+async def open_store(
+    config: Config, events: EventBus | None = None, box: CredentialBox | None = None
+) -> Journal:
+    """Open (create, migrate, recover) the configured journal; UndoproxyError when it cannot.
+
+    `box` seals the bodies a compensation replays (`store/bodies.py`)."""
     if config.store_url is None:
-        return await Journal.open(config.store_path, events)
+        return await Journal.open(config.store_path, events, box)
     from undoproxy.store.postgres.journal import PgJournal  # asyncpg only when asked for
 
-    return await PgJournal.connect(config.store_url, events, heartbeat=config.store_heartbeat)
+    return await PgJournal.connect(config.store_url, events, box, heartbeat=config.store_heartbeat)
 
 
 def describe(config: Config, journal: Journal) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiosqlite
 
+from undoproxy.credentials import CredentialBox
 from undoproxy.errors import JournalError
 from undoproxy.events import EventBus
 from undoproxy.store import schema
@@ -63,17 +64,23 @@ class Journal:
         read_conn: aiosqlite.Connection | None,
         events: EventBus,
         lock: JournalLock | None = None,
+        box: CredentialBox | None = None,
     ) -> None:
         self.writer = writer
         self._read = read_conn
         self.events = events
         self._lock = lock
+        # Seals the bodies a compensation replays (store/bodies.py); undoproxy run passes the
+        # installation's key, so that they can be opened after a restart.
+        self.box = box or CredentialBox.for_this_process()
         self.sessions: dict[str, Session] = {}
         self.frozen_all = False  # the global kill switch (kept in settings)
         self._seq: dict[str, int] = {}
 
     @classmethod
-    async def open(cls, path: Path, events: EventBus | None = None) -> Journal:
+    async def open(
+        cls, path: Path, events: EventBus | None = None, box: CredentialBox | None = None
+    ) -> Journal:
         """Lock, open (creating or migrating) the journal at `path` and recover from a crash.
 
         Raises JournalInUse (an UndoproxyError naming the holder's pid) when another process
@@ -94,7 +101,7 @@ class Journal:
             await _recover_writes(writer)
             read_conn = await schema.connect(path)
             read_conn.row_factory = aiosqlite.Row
-            journal = cls(writer, read_conn, events or EventBus())
+            journal = cls(writer, read_conn, events or EventBus(), box=box)
             await journal._load()
         except BaseException:
             if writer is not None:
@@ -240,19 +247,19 @@ class Journal:
 
         A shared journal numbers the step in its session as it commits it: `step.seq` is then
         the number the database gave it."""
-        rows = await self.writer.write(self._INSERT_STEP, step.to_row())
+        rows = await self.writer.write(self._INSERT_STEP, step.to_row(self.box.encrypt))
         if rows:
             step.seq = rows[0]["seq"]
         self.events.publish("step", step_event(step))
 
     def record(self, step: Step) -> None:
         """Insert a step without waiting (reads, requests undoproxy answered itself)."""
-        self.writer.submit(self._INSERT_STEP, step.to_row())
+        self.writer.submit(self._INSERT_STEP, step.to_row(self.box.encrypt))
         self.events.publish("step", step_event(step))
 
     def _update_sql(self, step_id: str, values: dict[str, Any]) -> tuple[str, list[Any]]:
         values = {**values, "updated_at": time.time()}
-        encoded = encode_fields(values)
+        encoded = encode_fields(values, self.box.encrypt)
         sets = ", ".join(f"{k}=?" for k in encoded)
         return f"UPDATE steps SET {sets} WHERE id=?", [*encoded.values(), step_id]
 
@@ -285,12 +292,13 @@ class Journal:
         sql = "SELECT * FROM steps WHERE session_id=?"
         if mutations_only:
             sql += " AND is_mutation=1"
-        return [Step.from_row(r) for r in await self.query(sql + " ORDER BY seq", (session_id,))]
+        rows = await self.query(sql + " ORDER BY seq", (session_id,))
+        return [Step.from_row(r, self.box.decrypt) for r in rows]
 
     async def step(self, step_id: str) -> Step | None:
         """One step by id."""
         rows = await self.query("SELECT * FROM steps WHERE id=?", (step_id,))
-        return Step.from_row(rows[0]) if rows else None
+        return Step.from_row(rows[0], self.box.decrypt) if rows else None
 
     async def step_counts(self) -> dict[str, dict[str, int]]:
         """session id -> {"steps": n, "mutations": m}."""

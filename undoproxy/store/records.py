@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from undoproxy import redact
+from undoproxy.store import bodies
 
 SESSION_STATES = ("open", "committed", "rolling_back", "rolled_back", "rollback_incomplete")
 STEP_STATUSES = (
@@ -95,39 +96,45 @@ class Step:
     resolved_at: float | None = None
     resolved_reason: str | None = None
 
-    def to_row(self) -> dict[str, Any]:
-        """Column name -> SQL value (URLs redacted: see `at_rest`)."""
+    def to_row(self, encrypt: bodies.Encrypt) -> dict[str, Any]:
+        """Column name -> SQL value (URLs redacted, replayable bodies sealed: see `at_rest`)."""
         row: dict[str, Any] = {}
         for name in STEP_COLUMNS:
-            value = at_rest(name, getattr(self, name))
-            if name in _JSON_COLUMNS and value is not None:
-                value = json.dumps(value)
+            value = getattr(self, name)
+            if value is not None and name in _JSON_COLUMNS:
+                value = json.dumps(at_rest(name, value, encrypt))
+            elif name == "url" and value is not None:
+                value = _redact_urls(value)
             elif name == "is_mutation":
                 value = int(value)
             row[name] = value
         return row
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Step:
-        """The Step a `SELECT *` row describes (columns it does not know are left out)."""
-        values = {k: v for k, v in row.items() if k in STEP_COLUMNS}
+    def from_row(cls, row: dict[str, Any], decrypt: bodies.Decrypt) -> Step:
+        """The Step a `SELECT *` row describes (sealed bodies opened with `decrypt`; columns
+        it does not know, such as PostgreSQL's `replica`, are left out)."""
+        values = {k: v for k, v in row.items() if k in _COLUMN_SET}
         for name in _JSON_COLUMNS:
             if values.get(name) is not None:
                 values[name] = json.loads(values[name])
+                if name in bodies.SEALED_COLUMNS:
+                    values[name] = bodies.open_bodies(values[name], decrypt)
         values["is_mutation"] = bool(values["is_mutation"])
         return cls(**values)
 
 
 STEP_COLUMNS = tuple(f.name for f in fields(Step))
+_COLUMN_SET = frozenset(STEP_COLUMNS)
 
 
-def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
+def encode_fields(values: dict[str, Any], encrypt: bodies.Encrypt) -> dict[str, Any]:
     """SQL values for a partial update of a step."""
     out = {}
     for k, v in values.items():
-        if k not in STEP_COLUMNS:
+        if k not in _COLUMN_SET:
             raise KeyError(f"not a step column: {k}")
-        v = at_rest(k, v)
+        v = at_rest(k, v, encrypt)
         out[k] = json.dumps(v) if k in _JSON_COLUMNS and v is not None else v
     return out
 
@@ -138,11 +145,13 @@ def encode_fields(values: dict[str, Any]) -> dict[str, Any]:
 _URL_COLUMNS = frozenset({"url", "snapshot", "compensation"})
 
 
-def at_rest(column: str, value: Any) -> Any:
-    """`value` as the journal stores it in `column`: every URL in it redacted."""
+def at_rest(column: str, value: Any, encrypt: bodies.Encrypt) -> Any:
+    """`value` as the journal stores it in `column`: every URL in it redacted, and the bodies
+    a compensation replays sealed (`bodies.py`)."""
     if column not in _URL_COLUMNS or value is None:
         return value
-    return _redact_urls(value)
+    value = _redact_urls(value)
+    return bodies.seal(value, encrypt) if column in bodies.SEALED_COLUMNS else value
 
 
 def _redact_urls(value: Any) -> Any:

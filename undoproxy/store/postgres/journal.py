@@ -27,6 +27,7 @@ from typing import Any
 
 import asyncpg
 
+from undoproxy.credentials import CredentialBox
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.store.base import Busy
@@ -59,8 +60,9 @@ class PgJournal(Journal):
         pool: asyncpg.Pool,
         presence: asyncpg.Connection,
         events: EventBus,
+        box: CredentialBox | None = None,
     ) -> None:
-        super().__init__(writer, None, events)
+        super().__init__(writer, None, events, box=box)
         self.url = url
         self.replica = replica
         self._pool = pool
@@ -73,6 +75,7 @@ class PgJournal(Journal):
         cls,
         url: str,
         events: EventBus | None = None,
+        box: CredentialBox | None = None,
         *,
         heartbeat: float = 10.0,
         replica: str | None = None,
@@ -99,7 +102,7 @@ class PgJournal(Journal):
             writer.start()
             pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
             assert pool is not None
-            journal = cls(url, replica, writer, pool, presence, events or EventBus())
+            journal = cls(url, replica, writer, pool, presence, events or EventBus(), box)
             journal.replicas = Replicas(journal, heartbeat)
             await journal.replicas.register(presence.get_server_pid())
             await journal.replicas.sweep()  # what dead replicas (an earlier run too) left

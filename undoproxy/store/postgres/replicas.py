@@ -137,7 +137,7 @@ class Replicas:
         )
         # Told as the other replicas' events are: to the page here, to the others by relay.
         for row in changed:
-            event = step_event(Step.from_row(row))
+            event = step_event(Step.from_row(row, journal.box.decrypt))
             journal.events.publish("step", event, remote=True)
             journal.relay.tell("step", event)
         for row in expired:

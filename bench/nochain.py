@@ -1,0 +1,31 @@
+"""Bench only: `undoproxy run` with the journal's hash chain switched off, for `bench/chain.py`.
+
+    python bench/nochain.py run -c CONFIG
+
+The chain (undoproxy/store/chain.py) is written by TEMP triggers that `chain.install` puts on
+the journal writer's connection. This launcher replaces `install` with a function that does
+nothing, in this process only, then runs the ordinary CLI: the baseline of the chain's cost is
+the same undoproxy minus exactly that work. undoproxy itself has no switch for it (no option,
+no environment variable): a journal written this way has rows without chain entries, and
+`undoproxy verify` reports it (`bench/chain.py` checks that it does, so that a baseline that
+kept its chain by mistake cannot pass for one without).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+
+from undoproxy.store import chain
+
+
+def _no_chain(conn: sqlite3.Connection) -> None:
+    """`chain.install` for the baseline: no triggers, so no chain entries."""
+
+
+chain.install = _no_chain
+
+if __name__ == "__main__":
+    from undoproxy.cli import main
+
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""What a compensation replays is encrypted at rest: the snapshot of an overwritten object is
+nowhere in the database file in clear, rollback still restores it (after a restart too), and
+with another credentials key the step is reported, never restored with an empty body."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+from tests.rollback.helpers import AUTH, details, rollback, statuses
+from tests.support import objects
+from tests.support.proc import Undoproxy
+from tests.support.servers import ThreadedServer
+
+
+def database_bytes(proxy: Undoproxy) -> bytes:
+    """The journal file and its WAL, as anyone who can read the disk sees them."""
+    db = proxy.dir / "journal.db"
+    return b"".join(p.read_bytes() for p in (db, Path(f"{db}-wal")) if p.exists())
+
+
+def overwrite(proxy: Undoproxy, server: ThreadedServer, session: str, key: str) -> None:
+    with proxy.agent(session, headers=AUTH) as s:
+        r = s.put(f"{server.base_url}/o/{key}", data=b"overwritten by the agent")
+        assert r.status_code == 200, r.text
+
+
+def test_the_snapshot_is_sealed_on_disk_and_restored_after_a_restart(
+    tmp_path: Path, server: ThreadedServer, store: objects.StoreState
+) -> None:
+    original = f"customer record {uuid.uuid4().hex} with a home address"
+    store.put("customer.json", original, content_type="text/plain")
+    proxy = Undoproxy(tmp_path / "u").start()
+    try:
+        overwrite(proxy, server, "sealed", "customer.json")
+        step = proxy.api("GET", "/api/sessions/sealed").json()["steps"][-1]
+        assert step["status"] == "succeeded"
+    finally:
+        proxy.stop()
+    assert original.encode() not in database_bytes(proxy)
+    assert b"body_sealed" in database_bytes(proxy)
+
+    proxy = Undoproxy(tmp_path / "u").start()  # the same state dir: its key opens the seals
+    try:
+        report = rollback(proxy, "sealed")
+        assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+        assert store.objects["customer.json"].body == original.encode()
+    finally:
+        proxy.stop()
+    assert original.encode() not in database_bytes(proxy)
+
+
+def test_with_another_key_the_step_is_reported_not_written_back_empty(
+    tmp_path: Path, server: ThreadedServer, store: objects.StoreState
+) -> None:
+    store.put("notes.txt", "the notes as they were", content_type="text/plain")
+    proxy = Undoproxy(tmp_path / "u").start()
+    try:
+        overwrite(proxy, server, "moved", "notes.txt")
+    finally:
+        proxy.stop()
+
+    # The journal moved to an installation with another credentials key.
+    shutil.rmtree(proxy.state_dir)
+    key = Fernet.generate_key().decode()
+    other = Undoproxy(tmp_path / "u", env={"UNDOPROXY_CREDENTIALS_KEY": key}).start()
+    try:
+        report = rollback(other, "moved")
+        assert report["state"] != "rolled_back"
+        assert statuses(report) == ["irreversible"]
+        assert "encrypted with another credentials key" in details(report)[0]
+        assert store.objects["notes.txt"].body == b"overwritten by the agent"  # nothing sent
+    finally:
+        other.stop()
