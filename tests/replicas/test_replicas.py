@@ -351,3 +351,41 @@ def test_a_replica_killed_leaves_nothing_pending_and_the_others_keep_serving(
     assert not approvals(b, state="pending", session=session_id)
     r = b.agent(session_id).post(f"{plain_upstream.base_url}/after", json={})  # B serves on
     assert r.status_code == 200
+
+
+def test_a_compensation_in_flight_when_its_replica_dies_is_never_sent_again(
+    group: Replicas,
+    b: Undoproxy,
+    api: ThreadedServer,
+    state: rest.RestState,
+    session_id: str,
+) -> None:
+    before = state.snapshot()
+    c = group.start("c2")
+    with c.agent(session_id, headers=AUTH) as s:
+        created = s.post(f"{api.base_url}/items", json={"name": "via c"}).json()["id"]
+    gate = asyncio.Event()
+    api.call(lambda: setattr(state, "gate", gate))  # the compensation waits at the upstream
+    in_thread(lambda: c.api("POST", f"/api/sessions/{session_id}/rollback", json={}))
+    until(
+        lambda: [s for s in steps(b, session_id) if s["status"] == "compensating"],
+        what="C marked the step compensating and sent its compensation",
+    )
+    until(lambda: ("DELETE", f"/items/{created}") in state.log, what="the DELETE arrived")
+    c.kill()
+    until(
+        lambda: (
+            b.api("GET", f"/api/sessions/{session_id}").json()["state"] == "rollback_incomplete"
+        ),
+        timeout=60,
+        what="B sees that C's rollback stopped with C",
+    )
+    api.call(gate.set)  # the upstream now applies the DELETE C sent before it died
+    until(lambda: created not in state.items, what="the upstream applied the DELETE")
+
+    report = b.api("POST", f"/api/sessions/{session_id}/rollback", json={})
+    assert report.status_code == 200, report.text
+    assert report.json()["state"] == "rolled_back"
+    assert [st["status"] for st in report.json()["steps"]] == ["compensated"]
+    assert state.log.count(("DELETE", f"/items/{created}")) == 1  # read, never resent
+    assert state.items == before
