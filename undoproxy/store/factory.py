@@ -5,6 +5,7 @@ from __future__ import annotations
 from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox
 from undoproxy.events import EventBus
+from undoproxy.store.base import Store
 from undoproxy.store.journal import Journal
 
 
@@ -29,3 +30,9 @@ def describe(config: Config, journal: Journal) -> str:
 
     replica = f" (replica {journal.replica})" if isinstance(journal, PgJournal) else ""
     return shown(config.store_url) + replica
+
+
+def as_store(journal: Journal) -> Store:
+    """`journal` as the interface (`base.Store`): mypy checks here that the SQLite journal, and
+    so the PostgreSQL one that extends it, implements every part of it."""
+    return journal

@@ -1,6 +1,8 @@
 """The one write path to the journal.
 
-Every write goes through `JournalWriter`: `submit()` queues a write nobody waits for, `await
+Every write goes through the journal's writer (`JournalWriter` on SQLite, `postgres.writer.
+PgWriter` on PostgreSQL; both are a `QueuedWriter`, which holds everything below but how a
+batch is executed): `submit()` queues a write nobody waits for, `await
 write()` returns only once the row is committed and fsync'd (a failure raises JournalError, and
 the caller must not act on it: a mutation is not forwarded). Which writes are awaited is the
 rule at the top of `undoproxy.store`.
