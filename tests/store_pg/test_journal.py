@@ -8,7 +8,7 @@ import pytest
 
 from tests.store_pg.helpers import a_step, an_approval
 from tests.support.postgres import Cluster
-from undoproxy.errors import JournalError
+from undoproxy.errors import JournalError, UndoproxyError
 from undoproxy.store import approvals
 from undoproxy.store.postgres.journal import PgJournal
 from undoproxy.store.postgres.verify import verify
@@ -185,3 +185,16 @@ async def test_a_session_met_by_two_replicas_at_once_is_one_session(pg_url: str)
             assert journal.sessions["default"].token == rows[0]["token"]
     finally:
         await asyncio.gather(a.close(), b.close())
+
+
+async def test_a_user_who_cannot_create_the_schema_is_told_so(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    name = f"ro_{database_of(pg_url)}"
+    pg_cluster.psql(f"CREATE ROLE {name} LOGIN PASSWORD 'ro-secret'")
+    url = pg_url.replace(
+        "postgres:" + pg_url.split("postgres:", 1)[1].split("@", 1)[0], f"{name}:ro-secret"
+    )
+    with pytest.raises(UndoproxyError, match="cannot be used: permission denied") as raised:
+        await PgJournal.connect(url)
+    assert "ro-secret" not in str(raised.value)

@@ -109,12 +109,14 @@ class PgJournal(Journal):
             await journal._load()
             await journal.relay.start(presence)
             journal.replicas.start()
-        except BaseException:
+        except BaseException as exc:
             if writer is not None:
                 await writer.close()
             if pool is not None:
                 await pool.close()
             await presence.close()
+            if isinstance(exc, OSError | asyncpg.PostgresError | asyncpg.InterfaceError):
+                raise UndoproxyError(f"the journal at {shown(url)} cannot be used: {exc}") from None
             raise
         return journal
 
