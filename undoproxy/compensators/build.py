@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
-from undoproxy.compensators import email, packs
+from undoproxy.compensators import email, packs, webdav
 from undoproxy.compensators.model import (
     Facts,
     Irreversible,
@@ -158,7 +158,7 @@ def _recreate(facts: Facts) -> dict[str, Any]:
             f"{why}; deleting it deleted what it contained, which the snapshot does not hold: "
             "rebuild it by hand"
         )
-    put = _put_back(snap.url, snap)
+    put = webdav.recreate_properties(facts, snap, _put_back(snap.url, snap))
     put["fallback"] = request(
         "POST", parent(snap.url), snap.body, snap.content_type or "application/json"
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from undoproxy.compensators import github, s3, slack, stripe
+from undoproxy.compensators import couchdb, github, matrix, s3, slack, stripe, webdav
 
 GENERIC: dict[str, str] = {
     "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
@@ -16,7 +16,10 @@ PACKS: dict[str, str] = {
     **github.DESCRIPTIONS,
     **stripe.DESCRIPTIONS,
     **slack.DESCRIPTIONS,
+    **matrix.DESCRIPTIONS,
     **s3.DESCRIPTIONS,
+    **webdav.DESCRIPTIONS,
+    **couchdb.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

@@ -144,6 +144,10 @@ class Facts:
     response_body: bytes | None = None
     # Every snapshot taken before the step, by URL (`snapshot` is the first of them).
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    # The request's headers, names lower-cased, credentials left out (a MOVE's Destination).
+    request_headers: dict[str, str] = field(default_factory=dict)
+    # What the compensator's PreReads answered, by name (a PROPFIND of the properties, ...).
+    reads: dict[str, Snapshot] = field(default_factory=dict)
 
     @property
     def request_json(self) -> Any:
@@ -165,6 +169,22 @@ class Facts:
         """A response header by case-insensitive name."""
         lower = name.lower()
         return next((v for k, v in self.response_headers.items() if k.lower() == lower), None)
+
+
+@dataclass(frozen=True)
+class PreRead:
+    """A read a compensator needs before the step is forwarded, besides the snapshot GET (a
+    PROPFIND of the properties, a GET of the destination a MOVE overwrites). The snapshot addon
+    sends it with the agent's credentials and puts the answer in `Facts.reads[name]`; one that
+    fails (no answer, or not 2xx/404/410) blocks the step, unless it is `optional`: then it is
+    left out of `Facts.reads` and the compensator decides."""
+
+    name: str
+    method: str
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    optional: bool = False
 
 
 @dataclass

@@ -10,16 +10,39 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from undoproxy.compensators import github, s3, slack, stripe
-from undoproxy.compensators.model import Facts
+from undoproxy.compensators import couchdb, github, matrix, s3, slack, stripe, webdav
+from undoproxy.compensators.model import Facts, PreRead
 
 PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **github.BUILDERS,
     **stripe.BUILDERS,
     **slack.BUILDERS,
+    **matrix.BUILDERS,
     **s3.BUILDERS,
+    **webdav.BUILDERS,
+    **couchdb.BUILDERS,
 }
 
 # Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
 # from (method, url, body); raises Irreversible when the request cannot be undone at all.
-PACK_SNAPSHOTS: dict[str, Callable[[str, str, bytes], list[str]]] = {**s3.SNAPSHOTS}
+PACK_SNAPSHOTS: dict[str, Callable[[str, str, bytes], list[str]]] = {
+    **s3.SNAPSHOTS,
+    **couchdb.SNAPSHOTS,
+}
+
+# Packs that read something other than a GET before forwarding (a PROPFIND of the properties, a
+# GET of a MOVE's destination): name -> the reads, from the step's Facts (see PreRead).
+PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {**webdav.READS}
+
+
+def reads_for(kind: str, snapshot_url: str | None, facts: Facts) -> list[PreRead]:
+    """What a compensation of `kind` reads before forwarding, besides its snapshot GETs.
+
+    `recreate` also reads the target's WebDAV properties (optional: a server that does not
+    speak WebDAV answers with an error and has none to lose), so that a deleted file gets its
+    dead properties back and a deleted collection is known as one.
+    """
+    if kind == "recreate" and snapshot_url:
+        return [webdav.properties_read(snapshot_url)]
+    maker = PACK_READS.get(kind)
+    return maker(facts) if maker is not None else []

@@ -9,13 +9,18 @@ show, field by field, and stores that with the compensation as `readback`:
      "expect": [{"path": ["state"], "equals": "closed"}]}
     {"url": "https://api.github.com/repos/o/r/labels/bug", "gone": true}
 
+A read-back of a step that deleted the target says `"left_gone": true` (gone is as it left
+it); one that created it may give `left` checks as well as `gone`.
+
 A path is a list of keys and list indexes, `"*"` for every item of a list (or value of an
 object). `equals`: the value at `path` (missing reads as null; with `"*"` the values, compared
-as a set); `excludes`: none of the values at `path` is one of these. A read-back of a
-compensation that overwrites fields also has `left`: the same fields as the agent's step left
-them. Rollback reads them before overwriting: a target that is neither as before nor as left
-was changed by someone else since (a conflict), and is not overwritten. Rollback's judge GETs the
-URL with the agent's credentials and calls `differences`; only an empty answer is `compensated`.
+as a set); `excludes`: none of the values at `path` is one of these. An `equals` check may
+also give `ignore`: members of an object left out on both sides (CouchDB's `_rev`, which
+every write changes). A read-back of a compensation that overwrites fields also has `left`:
+the same fields as the agent's step left them. Rollback reads them before overwriting: a
+target that is neither as before nor as left was changed by someone else since (a conflict),
+and is not overwritten. Rollback's judge GETs the URL with the agent's credentials and calls
+`differences`; only an empty answer is `compensated`.
 """
 
 from __future__ import annotations
@@ -48,6 +53,18 @@ def gone(url: str) -> dict[str, Any]:
 
 def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _without(value: Any, ignore: list[str]) -> Any:
+    if ignore and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in ignore}
+    return value
+
+
+def _changed(now: dict[str, Any], was: dict[str, Any]) -> list[str]:
+    """The members that differ, were added or went missing (names only)."""
+    keys = now.keys() | was.keys()
+    return sorted(k for k in keys if k not in now or k not in was or not _same(now[k], was[k]))
 
 
 def _as_set(values: list[Any]) -> list[str]:
@@ -95,11 +112,17 @@ def differences(checks: list[dict[str, Any]], body: Any) -> list[str]:
         found = find(body, path)
         field = ".".join(str(k) for k in path)
         if "equals" in check:
+            ignore = [str(k) for k in check.get("ignore") or []]
             wanted = check["equals"]
             if "*" in path:
-                ok = _as_set(found) == _as_set(list(wanted or []))
+                ok = _as_set([_without(v, ignore) for v in found]) == _as_set(
+                    [_without(v, ignore) for v in wanted or []]
+                )
             else:
-                ok = _same(found[0] if found else None, wanted)
+                now, was = _without(found[0] if found else None, ignore), _without(wanted, ignore)
+                ok = _same(now, was)
+                if not ok and isinstance(now, dict) and isinstance(was, dict):
+                    field = f"{field or 'the document'} ({', '.join(_changed(now, was)[:5])})"
             if not ok:
                 out.append(f"{field or 'the body'} is not as before")
         if "excludes" in check:

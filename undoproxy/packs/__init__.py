@@ -21,6 +21,9 @@ BUILTIN_ORDER: Final = (
     "mcp",
     "search",
     "s3",
+    "couchdb",
+    "webdav",
+    "matrix",
 )
 
 

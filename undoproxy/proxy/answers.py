@@ -109,10 +109,17 @@ def journal_unavailable(detail: str) -> http.Response:
     )
 
 
-def snapshot_failed(step_id: str, url: str, detail: str) -> http.Response:
-    """502: the snapshot before a mutation failed, so the mutation was not forwarded."""
+def snapshot_failed(
+    step_id: str, url: str, detail: str, challenge: str | None = None
+) -> http.Response:
+    """502: the snapshot before a mutation failed, so the mutation was not forwarded.
+
+    With `challenge`: the agent sent no credentials and the upstream asked for them (401 to the
+    snapshot); its `WWW-Authenticate` is passed on with a 401, so that a client that
+    authenticates only when challenged (Basic, Digest: caldav, WebDAV clients) sends them.
+    """
     return json_response(
-        502,
+        401 if challenge else 502,
         {
             "error": "undoproxy_snapshot_failed",
             "step": step_id,
@@ -121,6 +128,7 @@ def snapshot_failed(step_id: str, url: str, detail: str) -> http.Response:
             "undoproxy could not snapshot its target first",
             "detail": detail,
         },
+        {"WWW-Authenticate": challenge} if challenge else None,
     )
 
 

@@ -3,11 +3,14 @@
 Before a mutation is forwarded: decide its compensation plan, GET the target with the agent's
 own credentials when the plan needs it (restore, recreate, `snapshot:`), build what can be
 known of the compensation, and hand it to the journal addon to be written ahead with the step
-(the agent's credentials sealed for the compensation). If the snapshot fails the mutation is
-not forwarded (502), unless the rule says `on_snapshot_error: proceed` (then the step is
-irreversible). After the response: complete the compensation from it, and record what the
-agent's write produced (the drift-check baseline), re-reading the target in the background
-when the response did not say.
+(the agent's credentials sealed for the compensation). A compensator may need more than that
+GET (a PROPFIND of the properties, a GET of a MOVE's destination: `PreRead`s, see
+`compensators/packs.reads_for`): they are sent the same way, and their answers are given to it
+and stored with the compensation (`reads`). If the snapshot, or a read the compensator needs,
+fails the mutation is not forwarded (502), unless the rule says `on_snapshot_error: proceed`
+(then the step is irreversible). After the response: complete the compensation from it, and
+record what the agent's write produced (the drift-check baseline), re-reading the target in the
+background when the response did not say.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from undoproxy.compensators.build import complete, prepare
 from undoproxy.compensators.model import (
     Facts,
     Plan,
+    PreRead,
     Snapshot,
     content_hash,
     parse_json,
     representation_headers,
 )
+from undoproxy.compensators.packs import reads_for
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
 from undoproxy.proxy import answers
 from undoproxy.proxy.planning import plan_of
@@ -45,7 +50,12 @@ SNAPSHOT_PARALLEL = 8
 
 
 class SnapshotFailed(Exception):
-    """The target could not be read before the mutation."""
+    """The target could not be read before the mutation; `challenge` is the upstream's
+    `WWW-Authenticate` when it asked for credentials the agent did not send."""
+
+    def __init__(self, message: str, challenge: str | None = None) -> None:
+        super().__init__(message)
+        self.challenge = challenge
 
 
 class Snapshots:
@@ -60,8 +70,17 @@ class Snapshots:
         self.auto = auto
         self._background: set[asyncio.Task[None]] = set()
 
-    async def take(self, url: str, flow: http.HTTPFlow) -> Snapshot:
+    async def take(
+        self,
+        url: str,
+        flow: http.HTTPFlow,
+        *,
+        method: str = "GET",
+        extra: dict[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> Snapshot:
         """GET `url` as the agent would, retrying where that is safe; raises SnapshotFailed.
+        Another read (a PROPFIND) gives its `method`, its own `extra` headers and `body`.
 
         The agent's credentials go only to the origin it sent the request to; request-specific
         headers (signatures, dates, content hashes, conditions) are never copied.
@@ -78,13 +97,22 @@ class Snapshots:
             ),
         }
         try:
-            resp = await self.client.send_with_retries("GET", url, SNAPSHOT_RETRY, headers)
+            resp = await self.client.send_with_retries(
+                method, url, SNAPSHOT_RETRY, {**headers, **(extra or {})}, body or None
+            )
         except UpstreamError as exc:
             raise SnapshotFailed(str(exc)) from None
         if resp.status in (404, 410):
             return Snapshot(url, resp.status)
+        challenge = resp.header("WWW-Authenticate")
+        if resp.status == 401 and challenge and not redact.credential_headers(items):
+            raise SnapshotFailed(
+                f"{method} {redact.url(url)} answered HTTP 401: the upstream asks for "
+                "credentials the request does not carry; its challenge was passed on",
+                challenge,
+            )
         if not 200 <= resp.status < 300:
-            raise SnapshotFailed(f"GET {redact.url(url)} answered HTTP {resp.status}")
+            raise SnapshotFailed(f"{method} {redact.url(url)} answered HTTP {resp.status}")
         if len(resp.body) > SNAPSHOT_LIMIT:
             raise SnapshotFailed(f"the target is larger than {SNAPSHOT_LIMIT} bytes")
         return Snapshot(
@@ -115,6 +143,31 @@ class Snapshots:
         if sum(len(s.body) for s in taken) > SNAPSHOTS_TOTAL:
             raise SnapshotFailed(f"the targets together are larger than {SNAPSHOTS_TOTAL} bytes")
         return dict(zip(urls, taken, strict=True))
+
+    async def _read_all(self, reads: list[PreRead], flow: http.HTTPFlow) -> dict[str, Snapshot]:
+        """The compensator's reads, a few at a time; SnapshotFailed names the first needed one
+        that failed (an optional one that fails is left out)."""
+        gate = asyncio.Semaphore(SNAPSHOT_PARALLEL)
+
+        async def one(read: PreRead) -> Snapshot | SnapshotFailed:
+            async with gate:
+                try:
+                    return await self.take(
+                        read.url, flow, method=read.method, extra=read.headers, body=read.body
+                    )
+                except SnapshotFailed as exc:
+                    return exc
+
+        answers = await asyncio.gather(*(one(r) for r in reads))
+        out: dict[str, Snapshot] = {}
+        for read, answer in zip(reads, answers, strict=True):
+            if isinstance(answer, Snapshot):
+                out[read.name] = answer
+            elif not read.optional:
+                raise answer
+        if sum(len(s.body) for s in out.values()) > SNAPSHOTS_TOTAL:
+            raise SnapshotFailed(f"the reads together are larger than {SNAPSHOTS_TOTAL} bytes")
+        return out
 
     def _failed_reason(self, flow: http.HTTPFlow, detail: str, signed: str | None) -> str:
         """Why a step whose snapshot failed, but which was forwarded, is irreversible."""
@@ -160,10 +213,11 @@ class Snapshots:
                 signed = signature_scheme(list(flow.request.headers.items(multi=True)))
                 rule = state.rule
                 if signed is None and (rule is None or rule.on_snapshot_error != "proceed"):
-                    self._block(flow, state, plan.snapshot_url, str(exc))
+                    self._block(flow, state, plan.snapshot_url, str(exc), exc.challenge)
                     return
                 snapshots = {}
                 plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
+        items = list(flow.request.headers.items(multi=True))
         facts = Facts(
             flow.request.method,
             flow.request.url,
@@ -171,8 +225,26 @@ class Snapshots:
             flow.request.get_content(strict=False) or b"",
             snapshot,
             snapshots=snapshots,
+            request_headers={k.lower(): v for k, v in items if not redact.is_secret_name(k)},
         )
+        reads = [] if plan.irreversible else reads_for(plan.kind, plan.snapshot_url, facts)
+        if reads:
+            try:
+                facts.reads = await self._read_all(reads, flow)
+            except SnapshotFailed as exc:
+                rule = state.rule
+                if rule is None or rule.on_snapshot_error != "proceed":
+                    self._block(flow, state, flow.request.url, str(exc), exc.challenge)
+                    return
+                plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), None))
         comp = prepare(plan, facts)
+        if facts.reads:
+            comp["reads"] = {
+                name: {**snap.to_json(), "method": read.method}
+                for read in reads
+                if (snap := facts.reads.get(read.name)) is not None
+                for name in (read.name,)
+            }
         if state.rule is not None and state.rule.credentials == "forward":
             comp["credentials"] = "forward"  # the rule sends the agent's credentials anywhere
         state.plan = (plan, facts)
@@ -193,7 +265,14 @@ class Snapshots:
         headers = redact.credential_headers(flow.request.headers.items(multi=True))
         return self.box.seal(headers, urls)
 
-    def _block(self, flow: http.HTTPFlow, state: FlowState, url: str, detail: str) -> None:
+    def _block(
+        self,
+        flow: http.HTTPFlow,
+        state: FlowState,
+        url: str,
+        detail: str,
+        challenge: str | None = None,
+    ) -> None:
         log.warning(
             "not forwarding %s %s: snapshot failed: %s",
             flow.request.method,
@@ -202,7 +281,7 @@ class Snapshots:
         )
         fields = {
             "status": "failed",
-            "response_status": 502,
+            "response_status": 401 if challenge else 502,
             "error": f"not forwarded: the snapshot before it failed: {detail}",
         }
         if state.step is None:
@@ -214,7 +293,7 @@ class Snapshots:
             self.journal.update(state.step, **fields)
         state.answered = True
         flow.response = answers.snapshot_failed(
-            state.step.id if state.step else "", redact.url(url), detail
+            state.step.id if state.step else "", redact.url(url), detail, challenge
         )
 
     def response(self, flow: http.HTTPFlow) -> None:

@@ -25,8 +25,10 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from undoproxy import redact
+from undoproxy.compensators import couchdb
 from undoproxy.compensators.model import parse_json
 from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
@@ -300,9 +302,8 @@ class Rollback:
         go: Go,
     ) -> Verdict:
         credentials = self.box.open(step.credentials)
-        fitted = await self._fit(
-            step, compensation_request(request, step.url, credentials, force=run.force), go, run
-        )
+        out = compensation_request(request, step.url, credentials, force=run.force)
+        fitted = await self._fit(step, out, go, run, pins_rev=_pins_rev(request))
         if isinstance(fitted, Verdict):
             return fitted
         out = fitted
@@ -399,10 +400,13 @@ class Rollback:
                 return f"{out.method} {redact.url(out.url)} answered not ok: {excerpt}"
         return ""
 
-    async def _fit(self, step: Step, out: Outgoing, go: Go, run: RunState) -> Outgoing | Verdict:
-        """Preconditions for the write: If-Match with a known strong ETag; CouchDB's `_rev`."""
+    async def _fit(
+        self, step: Step, out: Outgoing, go: Go, run: RunState, *, pins_rev: bool = False
+    ) -> Outgoing | Verdict:
+        """Preconditions for the write: If-Match with a known strong ETag; CouchDB's revision
+        (`_rev` in a PUT body, `?rev=` of a DELETE that names one) as the target has it now."""
         body = out.json_body() if out.method == "PUT" else None
-        if isinstance(body, dict) and "_rev" in body:
+        if (isinstance(body, dict) and "_rev" in body) or pins_rev:
             # The snapshot's revision is stale once the agent wrote: the write must name the
             # revision the target has now (which the drift check just read), or none if gone.
             current = go.current
@@ -415,14 +419,38 @@ class Rollback:
                     "was sent, a later rollback will retry",
                 )
             now = parse_json(current.response.body) if current.response is not None else None
-            body = {k: v for k, v in body.items() if k != "_rev"}
-            if current.state == PRESENT and isinstance(now, dict) and "_rev" in now:
-                body["_rev"] = now["_rev"]
-            out = out.with_json_body(body)
-            out.url = resource_url(out.url)  # the body names the revision, not a stale `?rev=`
+            rev = now.get("_rev") if current.state == PRESENT and isinstance(now, dict) else None
+            url = resource_url(out.url)  # the revision named now, never a stale `?rev=`
+            if isinstance(body, dict):
+                body = {k: v for k, v in body.items() if k != "_rev"}
+                if isinstance(rev, str):
+                    body["_rev"] = rev
+                out = out.with_json_body(body)
+            elif isinstance(rev, str):  # a DELETE: gone already, it goes without one (404)
+                url += ("&" if urlsplit(url).query else "?") + urlencode({"rev": rev})
+            out.url = url
+        if out.method == "POST":
+            return await self._fit_bulk(step, out)
         if out.method == "PUT" and not run.force and go.etag:
             out.headers["If-Match"] = go.etag
         return out
+
+    async def _fit_bulk(self, step: Step, out: Outgoing) -> Outgoing | Verdict:
+        """A CouchDB `_bulk_docs` undo: each document names the revision it has now (read in
+        one `_all_docs`), as a single document's undo does; the drift check came first."""
+        url = couchdb.revisions_url(out.url, out.json_body())
+        if url is None:
+            return out
+        current = await self.judge.read(step, url, None)
+        if current.state != PRESENT or current.response is None:
+            return Verdict(
+                "failed",
+                f"could not read the revisions the documents have now ({current.why}); nothing "
+                "was sent, a later rollback will retry",
+            )
+        return out.with_json_body(
+            couchdb.with_revisions(out.json_body(), parse_json(current.response.body))
+        )
 
     # --- I/O ------------------------------------------------------------------------------
 
@@ -472,6 +500,12 @@ def _markable(step: Step) -> bool:
     if request.method not in ("PUT", "PATCH", "DELETE"):
         return False
     return bool(step.snapshot) or request.method == "DELETE"
+
+
+def _pins_rev(request: InverseRequest) -> bool:
+    """A DELETE that names the revision it deletes (CouchDB's `?rev=`)."""
+    query = urlsplit(request.url).query
+    return request.method == "DELETE" and any(k == "rev" for k, _ in parse_qsl(query))
 
 
 def _json_ok(resp: UpstreamResponse, request: InverseRequest) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
-from undoproxy.compensators import readback, targets
+from undoproxy.compensators import davcheck, readback, targets
 from undoproxy.compensators.model import Snapshot, origin, parse_json
 from undoproxy.compensators.record import CompensationRecord, InverseRequest
 from undoproxy.credentials import CredentialBox
@@ -106,7 +106,10 @@ class Judge:
                 )
         if comp.kind == "delete-created" and comp.inferred and comp.request is not None:
             return await self.confirm_created(step, comp.request)
-        if comp.readback is not None and comp.readback.get("left") and not run.force:
+        drift = comp.readback is not None and (
+            comp.readback.get("left") or comp.readback.get("left_gone")
+        )
+        if comp.readback is not None and drift and not run.force:
             return await self.drift_pack(step, comp.readback)
         if run.force or snap is None or not (comp.after or comp.check_absent):
             return Go()
@@ -302,17 +305,18 @@ class Judge:
             return "unsupported", f"the target cannot be read back ({current.why})", False
         if current.state not in (PRESENT, ABSENT):
             return "unreadable", current.why, False
-        if spec.get("gone"):
-            if current.state == ABSENT:
-                return "as_before", f"gone ({current.why})", False
-            return "differs", f"it is still there ({current.why})", False
+        left_checks = list(spec.get("left") or [])
         if current.state == ABSENT:
-            return "differs", f"the target is gone ({current.why})", False
+            # `left_gone`: the step deleted it, so gone is as the step left it
+            if spec.get("gone"):
+                return "as_before", f"gone ({current.why})", False
+            return "differs", f"the target is gone ({current.why})", bool(spec.get("left_gone"))
         assert current.response is not None
         body = parse_json(current.response.body)
-        checks = list(spec.get("expect") or [])
-        left_checks = list(spec.get("left") or [])
         left = bool(left_checks) and not readback.differences(left_checks, body)
+        if spec.get("gone"):
+            return "differs", f"it is still there ({current.why})", left
+        checks = list(spec.get("expect") or [])
         diffs = readback.differences(checks, body)
         if diffs:
             why = f"the target is not as it was before this step: {'; '.join(diffs)}"
@@ -343,7 +347,11 @@ class Judge:
     async def _target(self, step: Step, check: dict[str, Any]) -> list[str] | tuple[str, str, bool]:
         """How one target differs from its check, or (state, why, False) when unreadable."""
         url = str(check.get("url") or "")
-        current = await self.read(step, url, None)
+        if "propfind" in check:  # a WebDAV check (compensators/davcheck.py)
+            headers, body = davcheck.propfind_request(check)
+            current = await self.read(step, url, None, method="PROPFIND", extra=headers, body=body)
+        else:
+            current = await self.read(step, url, None)
         name = targets.label(url)
         if current.state == UNSUPPORTED:
             return "unsupported", f"{name} cannot be read back ({current.why})", False
@@ -351,9 +359,11 @@ class Judge:
             return "unreadable", f"{name}: {current.why}", False
         assert current.response is not None
         resp = current.response
-        return [
-            f"{name}: {d}" for d in targets.differences(check, resp.status, resp.headers, resp.body)
-        ]
+        if "propfind" in check:
+            found = davcheck.differences(check, resp.status, resp.body)
+        else:
+            found = targets.differences(check, resp.status, resp.headers, resp.body)
+        return [f"{name}: {d}" for d in found]
 
     async def drift_pack(self, step: Step, spec: dict[str, Any]) -> Verdict | Go:
         """Before a pack undo that overwrites fields: nobody changed them since the agent."""
@@ -373,8 +383,8 @@ class Judge:
         if state == "differs" and not left:
             return Verdict(
                 "conflict",
-                "the target changed since this step (it is neither as before it nor as it left "
-                "it); nothing was overwritten (use --force to restore anyway)",
+                f"the target changed since this step (it is neither as before it nor as it left "
+                f"it: {seen}); nothing was overwritten (use --force to restore anyway)",
             )
         return Go()
 
@@ -442,14 +452,24 @@ class Judge:
             attempts.into(comp.raw),
         )
 
-    async def read(self, step: Step, url: str, snap: Snapshot | None) -> Read:
-        """GET the resource (never a pinned version of it) with the agent's credentials."""
+    async def read(
+        self,
+        step: Step,
+        url: str,
+        snap: Snapshot | None,
+        *,
+        method: str = "GET",
+        extra: dict[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> Read:
+        """GET the resource (never a pinned version of it) with the agent's credentials; or
+        another read (`method`: a PROPFIND, with its `extra` headers and `body`)."""
         target = resource_url(url)
         accept = snap.content_type if snap is not None else None
         request = read_request(target, step.url, self.box.open(step.credentials), accept)
         try:
             resp = await self.client.send_with_retries(
-                "GET", request.url, self.policy, request.headers
+                method, request.url, self.policy, {**request.headers, **(extra or {})}, body
             )
         except UpstreamError as exc:
             return Read(target, None, str(exc).replace(target, redact.url(target)))

@@ -7,6 +7,8 @@ A pack file is a mapping:
     hosts: [api.github.com]      # the default host(s) of rules that name none
     enterprise_prefix: /api/v3   # prepended to every rule's path when the user gives hosts
     rules: [...]                 # ordinary rules; each is called PACK/RULE
+    host_rules: [...]            # more rules, only on the hosts a user gives (`{name, hosts}`):
+                                 # too broad for any host (a pack with `hosts: []`, CouchDB)
 
 `packs:` absent turns every built-in pack on, `packs: []` none; an entry is a pack name or
 `{name, hosts}`: with `hosts` the pack's rules match those hosts instead of their own. The
@@ -28,7 +30,9 @@ from undoproxy.rules.model import Correction, Rule
 from undoproxy.rules.patterns import HostPattern
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
-PACK_FILE_KEYS: Final = frozenset({"name", "description", "hosts", "enterprise_prefix", "rules"})
+PACK_FILE_KEYS: Final = frozenset(
+    {"name", "description", "hosts", "enterprise_prefix", "rules", "host_rules"}
+)
 PACK_ENTRY_KEYS: Final = frozenset({"name", "hosts", "correction"})
 CORRECTION_KEYS: Final = frozenset({"subject", "text"})
 
@@ -190,6 +194,18 @@ def load_pack(
     if not isinstance(rules, list):
         problems.add(at(doc, "rules", where), "a pack needs a rules: list")
         return None
+    host_rules = doc.get("host_rules")
+    if host_rules is not None and not isinstance(host_rules, list):
+        problems.add(at(doc, "host_rules", where), "host_rules must be a list of rules")
+        host_rules = None
+    if host_rules and choice.hosts is not None:
+        joined = YList([*rules, *host_rules])
+        joined.location = location_of(rules, where)
+        joined.item_locations = [
+            *getattr(rules, "item_locations", [where] * len(rules)),
+            *getattr(host_rules, "item_locations", [where] * len(host_rules)),
+        ]
+        rules = joined
     placed = YList(_place(r, own_hosts, choice.hosts, prefix) for r in rules)
     placed.location = location_of(rules, where)
     placed.item_locations = list(getattr(rules, "item_locations", []))

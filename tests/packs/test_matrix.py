@@ -1,0 +1,240 @@
+"""The matrix pack against a real homeserver (Synapse), the agent a real client (matrix-nio).
+
+For each operation: the room's state before, the operation through `undoproxy run`, rollback,
+then the room read straight from Synapse (without the proxy) as a user would check it: a
+message sent is redacted (its content gone, `redacted_because` set), a state event is back to
+its prior content, and what cannot be undone (state that did not exist before, a state
+changed by someone else since) is reported so and left alone.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nio
+import pytest
+
+from tests.support.ci import skip_or_fail
+from tests.support.proc import Undoproxy
+from tests.support.synapse import Synapse, room, synapse_python
+from undoproxy.compensators.matrix import txn_for
+
+
+@pytest.fixture(scope="module")
+def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    python = synapse_python()
+    if python is None:
+        skip_or_fail(
+            "Synapse is not installed: `python3 -m venv .venv/synapse && "
+            ".venv/synapse/bin/pip install matrix-synapse` (.ci/run does it)",
+            module=True,
+        )
+    server = Synapse(python, tmp_path_factory.mktemp("synapse")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory, synapse: Synapse) -> Iterator[Undoproxy]:
+    # Every pack on, as deployed; a mutation no pack knows would be held.
+    config = {"defaults": {"mutations": "hold"}}
+    instance = Undoproxy(tmp_path_factory.mktemp("undoproxy-matrix"), config).start()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture(scope="module")
+def users(synapse: Synapse) -> dict[str, str]:
+    return {name: synapse.register(name) for name in ("agent", "carol")}
+
+
+@pytest.fixture
+def session() -> str:
+    return f"mx-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def room_id(synapse: Synapse, users: dict[str, str]) -> str:
+    """A room the agent and carol are in, with a topic, made without the proxy."""
+    r = synapse.direct(
+        users["agent"],
+        "POST",
+        "/createRoom",
+        json={"preset": "public_chat", "topic": "Quarterly planning", "name": "plans"},
+    )
+    r.raise_for_status()
+    rid = str(r.json()["room_id"])
+    synapse.direct(users["carol"], "POST", f"/rooms/{room(rid)}/join", json={}).raise_for_status()
+    return rid
+
+
+@pytest.fixture
+async def agent(
+    synapse: Synapse, proxy: Undoproxy, users: dict[str, str], session: str
+) -> AsyncIterator[nio.AsyncClient]:
+    client = nio.AsyncClient(synapse.base_url, "@agent:localhost", proxy=proxy.proxy_url(session))
+    client.access_token = users["agent"]
+    client.user_id = "@agent:localhost"
+    yield client
+    await client.close()
+
+
+def _rollback(proxy: Undoproxy, session: str) -> dict[str, Any]:
+    r = proxy.api("POST", f"/api/sessions/{session}/rollback")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def _event(synapse: Synapse, token: str, room_id: str, event_id: str) -> dict[str, Any]:
+    r = synapse.direct(token, "GET", f"/rooms/{room(room_id)}/event/{room(event_id)}")
+    r.raise_for_status()
+    return dict(r.json())
+
+
+def _topic(synapse: Synapse, token: str, room_id: str) -> Any:
+    r = synapse.direct(token, "GET", f"/rooms/{room(room_id)}/state/m.room.topic/")
+    return r.json() if r.ok else r.status_code
+
+
+def _steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
+    return list(proxy.api("GET", f"/api/sessions/{session}").json()["steps"])
+
+
+async def test_a_message_sent_is_redacted_on_rollback(
+    synapse: Synapse,
+    proxy: Undoproxy,
+    users: dict[str, str],
+    room_id: str,
+    session: str,
+    agent: nio.AsyncClient,
+) -> None:
+    content = {"msgtype": "m.text", "body": "the launch is moved to Friday"}
+    sent = await agent.room_send(room_id, "m.room.message", content)
+    assert isinstance(sent, nio.RoomSendResponse), sent
+    event_id = sent.event_id
+    assert _event(synapse, users["carol"], room_id, event_id)["content"] == content
+    [step] = _steps(proxy, session)
+    assert (step["rule"], step["kind"], step["status"]) == ("matrix/send", "mutation", "succeeded")
+    assert step["meta"] == {"event_type": "m.room.message", "event_id": event_id}
+    assert users["agent"] not in str(step)  # nio puts the token in the query: never in clear
+
+    report = _rollback(proxy, session)
+    [entry] = report["steps"]
+    assert entry["status"] == "compensated", entry
+    assert report["state"] == "rolled_back"
+    seen = _event(synapse, users["carol"], room_id, event_id)
+    assert seen["content"] == {}
+    redaction = seen["unsigned"]["redacted_because"]
+    assert redaction["type"] == "m.room.redaction"
+    assert redaction["sender"] == "@agent:localhost"
+
+    # The redaction's transaction id is derived from the event: sent again (a retry after a
+    # lost answer), Synapse answers with the same redaction and redacts nothing twice.
+    again = synapse.direct(
+        users["agent"],
+        "PUT",
+        f"/rooms/{room(room_id)}/redact/{room(event_id)}/{txn_for(event_id)}",
+        json={"reason": "retry"},
+    )
+    assert again.json()["event_id"] == redaction["event_id"]
+    [entry] = _rollback(proxy, session)["steps"]
+    assert entry["status"] == "skipped"
+
+
+async def test_a_state_event_is_put_back_to_its_prior_content(
+    synapse: Synapse,
+    proxy: Undoproxy,
+    users: dict[str, str],
+    room_id: str,
+    session: str,
+    agent: nio.AsyncClient,
+) -> None:
+    before = _topic(synapse, users["carol"], room_id)
+    assert before["topic"] == "Quarterly planning"  # (with Synapse's m.topic beside it)
+    put = await agent.room_put_state(room_id, "m.room.topic", {"topic": "Layoffs"})
+    assert isinstance(put, nio.RoomPutStateResponse), put
+    assert _topic(synapse, users["carol"], room_id) == {"topic": "Layoffs"}
+    [step] = _steps(proxy, session)
+    assert step["rule"] in ("matrix/state", "matrix/state-empty-key")
+
+    [entry] = _rollback(proxy, session)["steps"]
+    assert entry["status"] == "compensated", entry
+    assert _topic(synapse, users["carol"], room_id) == before
+
+
+async def test_state_that_did_not_exist_before_is_irreversible_and_left(
+    synapse: Synapse,
+    proxy: Undoproxy,
+    users: dict[str, str],
+    room_id: str,
+    session: str,
+    agent: nio.AsyncClient,
+) -> None:
+    put = await agent.room_put_state(room_id, "org.example.flag", {"on": True}, state_key="x")
+    assert isinstance(put, nio.RoomPutStateResponse), put
+    [entry] = _rollback(proxy, session)["steps"]
+    assert entry["status"] == "irreversible"
+    assert "Matrix cannot remove a state event" in entry["detail"]
+    r = synapse.direct(users["carol"], "GET", f"/rooms/{room(room_id)}/state/org.example.flag/x")
+    assert r.json() == {"on": True}
+
+
+async def test_a_state_changed_by_someone_else_since_is_a_conflict_not_overwritten(
+    synapse: Synapse,
+    proxy: Undoproxy,
+    users: dict[str, str],
+    room_id: str,
+    session: str,
+    agent: nio.AsyncClient,
+) -> None:
+    power = synapse.direct(
+        users["agent"], "GET", f"/rooms/{room(room_id)}/state/m.room.power_levels/"
+    ).json()
+    power["users"]["@carol:localhost"] = 100  # carol may set the topic too
+    synapse.direct(
+        users["agent"], "PUT", f"/rooms/{room(room_id)}/state/m.room.power_levels/", json=power
+    ).raise_for_status()
+    put = await agent.room_put_state(room_id, "m.room.topic", {"topic": "Layoffs"})
+    assert isinstance(put, nio.RoomPutStateResponse), put
+    synapse.direct(
+        users["carol"],
+        "PUT",
+        f"/rooms/{room(room_id)}/state/m.room.topic/",
+        json={"topic": "Carol's topic"},
+    ).raise_for_status()
+
+    [entry] = _rollback(proxy, session)["steps"]
+    assert entry["status"] == "conflict", entry
+    assert _topic(synapse, users["carol"], room_id) == {"topic": "Carol's topic"}
+
+
+async def test_the_agent_s_own_redaction_is_irreversible(
+    synapse: Synapse,
+    proxy: Undoproxy,
+    users: dict[str, str],
+    room_id: str,
+    session: str,
+    agent: nio.AsyncClient,
+) -> None:
+    r = synapse.direct(
+        users["carol"],
+        "PUT",
+        f"/rooms/{room(room_id)}/send/m.room.message/t-{uuid.uuid4().hex}",
+        json={"msgtype": "m.text", "body": "hello"},
+    )
+    event_id = r.json()["event_id"]
+    done = await agent.room_redact(room_id, event_id, reason="spam")
+    assert isinstance(done, nio.RoomRedactResponse), done
+    [entry] = _rollback(proxy, session)["steps"]
+    assert entry["status"] == "irreversible"
+    assert "a redaction cannot be undone" in entry["detail"]
+
+
+def test_the_pack_file_is_shipped(tmp_path: Path) -> None:
+    from undoproxy.rules.packs import load_builtin
+
+    names = [r.name for r in load_builtin("matrix").rules]
+    assert "matrix/send" in names and "matrix/state" in names
