@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import upstream
+from tests.support import postgres, upstream
 from tests.support.certs import self_signed, server_context
+from tests.support.ci import skip_or_fail
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -52,3 +53,19 @@ def session_id() -> str:
 def received(server: ThreadedServer) -> list[upstream.Received]:
     """What the upstream has received so far."""
     return server.app[upstream.RECEIVED]
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[postgres.Cluster]:
+    """A throw-away PostgreSQL cluster for the whole run (tests/support/postgres.py)."""
+    if postgres.bin_dir() is None:
+        skip_or_fail("PostgreSQL is not installed (apt-get install postgresql)")
+    cluster = postgres.Cluster().start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: postgres.Cluster) -> str:
+    """The URL of a new, empty database of the test cluster."""
+    return pg_cluster.database()

@@ -546,21 +546,42 @@ def cmd_packs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_postgres(url: str, heads: list[str]) -> Any:
+    """`verify` of a PostgreSQL journal (asyncpg only when asked for)."""
+
+    import asyncpg
+
+    from undoproxy.store import chain
+    from undoproxy.store.postgres.journal import shown
+    from undoproxy.store.postgres.verify import verify
+
+    try:
+        return asyncio.run(verify(url, heads=heads))
+    except chain.NoChain as exc:
+        raise UndoproxyError(str(exc)) from None
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise UndoproxyError(f"cannot read the journal at {shown(url)}: {exc}") from None
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check the journal's hash chain; exit 1 naming the first step edited, deleted or added."""
     import sqlite3
 
     from undoproxy.store import chain
 
-    path = load_config(_config_path(args)).store_path
-    if not path.is_file():
-        raise UndoproxyError(f"no journal at {path}")
-    try:
-        report = chain.verify(path, heads=args.head or ())
-    except chain.NoChain as exc:
-        raise UndoproxyError(str(exc)) from None
-    except sqlite3.Error as exc:
-        raise UndoproxyError(f"cannot read the journal {path}: {exc}") from None
+    config = load_config(_config_path(args))
+    if config.store_url is not None:
+        report = _verify_postgres(config.store_url, list(args.head or ()))
+    else:
+        path = config.store_path
+        if not path.is_file():
+            raise UndoproxyError(f"no journal at {path}")
+        try:
+            report = chain.verify(path, heads=args.head or ())
+        except chain.NoChain as exc:
+            raise UndoproxyError(str(exc)) from None
+        except sqlite3.Error as exc:
+            raise UndoproxyError(f"cannot read the journal {path}: {exc}") from None
     if report.problems:
         first, *rest = report.problems
         _out(f"FAILED: {first}")

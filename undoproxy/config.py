@@ -98,6 +98,12 @@ def _urls(value: Any) -> list[str]:
     return list(value)
 
 
+def _database_url(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith(("postgresql://", "postgres://")):
+        raise ValueError("expected a postgresql://user:password@host:port/database URL")
+    return value
+
+
 def _positive_duration(value: Any) -> float:
     seconds = parse_duration(value)
     if seconds <= 0:
@@ -149,6 +155,20 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "the SQLite journal (relative to the config file); unset: undoproxy.db in state_dir",
         lambda value: None if value is None else _path(value),
+    ),
+    Setting(
+        "store.url",
+        None,
+        "postgresql://user:password@host:port/db: a PostgreSQL journal shared by any number "
+        "of replicas, instead of store.path (see docs/deploy.md)",
+        lambda value: None if value is None else _database_url(value),
+    ),
+    Setting(
+        "store.heartbeat",
+        "10s",
+        "with store.url: how often a replica tells it is alive and checks on the others; one "
+        "silent for 4 heartbeats (or whose process died) is settled by the others",
+        _positive_duration,
     ),
     Setting(
         "approvals.timeout",
@@ -236,6 +256,8 @@ class Config:
     admin_token: str | None = None
     state_dir: Path = field(default_factory=lambda: Path("~/.undoproxy").expanduser())
     store_path: Path = field(default_factory=lambda: Path("~/.undoproxy/undoproxy.db").expanduser())
+    store_url: str | None = None  # PostgreSQL, shared by replicas (instead of store_path)
+    store_heartbeat: float = 10.0
     approvals_timeout: float = 300.0
     approvals_notify: list[str] = field(default_factory=list)
     defaults_mutations: str = "log"
@@ -351,6 +373,13 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
     except ConfigError as exc:
         errors.append(exc)
 
+    if values.get("store.path") is not None and values.get("store.url") is not None:
+        errors.append(
+            ConfigError(
+                locations["store.url"],
+                "store.url and store.path: give one (PostgreSQL or a SQLite file), not both",
+            )
+        )
     signing, signing_errors = parse_signing(doc.get("signing"), loc(doc, "signing"))
     errors.extend(signing_errors)
 
@@ -373,6 +402,8 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
         admin_token=parsed["admin.token"],
         state_dir=state_dir,
         store_path=store_path,
+        store_url=parsed["store.url"],
+        store_heartbeat=parsed["store.heartbeat"],
         approvals_timeout=parsed["approvals.timeout"],
         approvals_notify=parsed["approvals.notify"],
         defaults_mutations=parsed["defaults.mutations"],

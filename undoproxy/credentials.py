@@ -7,6 +7,8 @@ opened by the rollback executor, for that step's compensation; they never leave 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -36,6 +38,11 @@ class CredentialBox:
 
     def __init__(self, key: bytes) -> None:
         self._fernet = Fernet(key)
+        self._key = key
+
+    def fingerprint(self) -> str:
+        """Names the key without revealing it: HMAC-SHA256 of a fixed text under the key."""
+        return hmac.new(self._key, b"undoproxy credentials key", hashlib.sha256).hexdigest()
 
     _process: CredentialBox | None = None
 

@@ -48,6 +48,7 @@ from undoproxy.proxy.streaming import Streaming
 from undoproxy.rollback import Rollback
 from undoproxy.runtimes import listeners as listener_routes
 from undoproxy.runtimes.listeners import SessionListeners
+from undoproxy.store.factory import describe, open_store
 from undoproxy.store.journal import Journal
 from undoproxy.upstream import UpstreamClient
 
@@ -95,7 +96,12 @@ async def start(config: Config) -> Running:
     token, generated = admin_token(config)
     events = EventBus()
     box = CredentialBox.from_state_dir(config.state_dir)
-    journal = await Journal.open(config.store_path, events, box)
+    journal = await open_store(config, events, box)
+    try:
+        await journal.claim_key(box.fingerprint())
+    except BaseException:
+        await journal.close()
+        raise
 
     opts = options.Options(
         listen_host=config.proxy_listen[0],
@@ -248,7 +254,7 @@ def banner(config: Config, running: Running) -> str:
         f"  admin    http://{ah}:{ap}/",
         f"  CA       {ctx.ca_cert}",
         f"  bundle   {ctx.ca_bundle}",
-        f"  journal  {config.store_path}",
+        f"  journal  {describe(config, running.journal)}",
     ]
     kept = config.state_dir / TOKEN_FILE
     if running.token_generated:

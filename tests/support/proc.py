@@ -38,9 +38,10 @@ class Undoproxy:
             "state_dir": str(self.state_dir),
             "store": {"path": str(directory / "journal.db")},
         }
-        self.config_path.write_text(
-            yaml.safe_dump(_deep_merge(base, config or {}), sort_keys=False)
-        )
+        merged = _deep_merge(base, config or {})
+        if merged["store"].get("url"):  # a PostgreSQL journal instead of the SQLite file
+            merged["store"].pop("path", None)
+        self.config_path.write_text(yaml.safe_dump(merged, sort_keys=False))
         self.extra_env = env or {}
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
@@ -86,6 +87,12 @@ class Undoproxy:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9): no cleanup of any kind."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(15)
 
     # --- what tests use ------------------------------------------------------------------
 

@@ -67,7 +67,7 @@ async def create_session(request: web.Request) -> web.Response:
         assert isinstance(session_id, str)
         if not _SESSION_ID.match(session_id):
             raise ApiError(400, "bad_request", "id: 1-128 characters of A-Z a-z 0-9 . _ ~ -")
-        existing = ctx.journal.sessions.get(session_id)
+        existing = await ctx.journal.find_session(session_id)  # maybe made on another replica
         if existing is None:
             session = ctx.journal.add_session(Session(id=session_id))
             status = 201

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from undoproxy.admin.context import CONTEXT
 from undoproxy.admin.errors import ApiError, json_body
+from undoproxy.approvals.queue import ROLLING_BACK
 from undoproxy.rollback import Report, RollbackRefused, StepResult
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
     """Roll a session back."""
     ctx = request.app[CONTEXT]
     session_id = request.match_info["id"]
-    if session_id not in ctx.journal.sessions:
+    if await ctx.journal.find_session(session_id) is None:
         raise ApiError(404, "not_found", f"no session {session_id!r}")
     if ctx.rollback is None:
         raise ApiError(503, "unavailable", "rollback is not available in this process")
@@ -69,9 +70,7 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
     if not dry_run and ctx.approvals is not None:
         # A request of this session still waiting for a person must not be approved into a
         # session that is being undone.
-        await ctx.approvals.deny_session(
-            session_id, "the session is being rolled back; this request was never forwarded"
-        )
+        await ctx.approvals.deny_session(session_id, ROLLING_BACK)
 
     streaming = NDJSON in request.headers.get("Accept", "")
     response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.views import approval_json, notify_text
@@ -31,6 +33,7 @@ from undoproxy.store.journal import Journal
 log = logging.getLogger(__name__)
 FROZEN_SESSION = "the session was frozen (kill switch); this request was never forwarded"
 FROZEN_ALL = "every session was frozen (kill switch); this request was never forwarded"
+ROLLING_BACK = "the session is being rolled back; this request was never forwarded"
 
 
 class ApprovalError(UndoproxyError):
@@ -71,6 +74,8 @@ class ApprovalQueue:
         self._by_id: dict[str, Pending] = {}
         self._by_fingerprint: dict[tuple[str, str], Pending] = {}
         self._by_client: dict[str, set[str]] = {}  # client connection id -> approval ids
+        self._tasks: set[asyncio.Task[None]] = set()
+        journal.events.listen_remote(self._arrived)
 
     async def recover(self) -> int:
         """Expire what an earlier run left pending (its agents are gone); call before serving."""
@@ -160,23 +165,22 @@ class ApprovalQueue:
     ) -> Approval:
         """Approve or deny; raises ApprovalError (404, 409, 400 or 503) when that cannot be."""
         pending = self._by_id.get(approval_id)
+        reason = (reason or "").strip() or None
         if pending is None or not pending.stored:
             await self.journal.writer.flush()
             known = await store.load(self.journal, approval_id)
             if known is None:
                 raise ApprovalError(404, "not_found", f"no approval {approval_id!r}")
+            if pending is None and known.state == "pending" and self.journal.shared:
+                return await self._decide_elsewhere(known, approve, by, reason)
             raise ApprovalError(409, "conflict", _already(known))
         approval = pending.approval
         if approval.state != "pending":
             raise ApprovalError(409, "conflict", _already(approval))
-        reason = (reason or "").strip() or None
-        if approval.risk == "critical" and reason is None:
-            raise ApprovalError(
-                400, "reason_required", "this request is critical risk: give a reason to decide"
-            )
+        _require_reason(approval, reason)
         self._claim(pending, "approved" if approve else "denied", reason, by)
         try:
-            await self.journal.writer.write(store.DECIDE, store.decide_params(approval))
+            changed = await self.journal.writer.write(store.DECIDE, store.decide_params(approval))
         except JournalError as exc:
             # Not durable, so not decided: put it back (and time it out if its time has come).
             approval.state, approval.decided_at, approval.decided_by = "pending", None, None
@@ -184,8 +188,68 @@ class ApprovalQueue:
             if time.time() >= approval.expires_at:
                 self._time_out(pending)
             raise ApprovalError(503, "journal_unavailable", str(exc)) from None
+        if changed == []:  # a shared journal: another replica decided first (its decision holds)
+            await self._adopt(pending)
+            raise ApprovalError(409, "conflict", _already(pending.approval))
         self._finish(pending, self._decision(pending))
         return approval
+
+    async def _decide_elsewhere(
+        self, known: Approval, approve: bool, by: str, reason: str | None
+    ) -> Approval:
+        """Decide an approval another replica holds: the database takes the first decision
+        (a conditional update); the holder hears of it (`_arrived`) and acts on it."""
+        _require_reason(known, reason)
+        known.state = "approved" if approve else "denied"
+        known.decided_at, known.decided_by, known.reason = time.time(), by, reason
+        try:
+            changed = await self.journal.writer.write(store.DECIDE, store.decide_params(known))
+        except JournalError as exc:
+            raise ApprovalError(503, "journal_unavailable", str(exc)) from None
+        if not changed:
+            now = await store.load(self.journal, known.id)
+            raise ApprovalError(409, "conflict", _already(now or known))
+        self._publish(known)
+        return known
+
+    def _arrived(self, kind: str, data: dict[str, Any]) -> None:
+        """A change on another replica (shared journals) that requests held here depend on:
+        their approval was decided, their session was frozen or is being rolled back, or
+        every session was frozen."""
+        work: Coroutine[Any, Any, Any] | None = None
+        if kind == "approval" and isinstance(data.get("id"), str):
+            work = self._apply_remote(data["id"])
+        elif kind == "session" and isinstance(data.get("id"), str):
+            if data.get("frozen"):
+                work = self.deny_session(data["id"], FROZEN_SESSION)
+            elif data.get("state") == "rolling_back":
+                work = self.deny_session(data["id"], ROLLING_BACK)
+        elif kind == "freeze" and data.get("all"):
+            work = self.deny_all(FROZEN_ALL)
+        if work is not None:
+            task = asyncio.get_running_loop().create_task(work)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _apply_remote(self, approval_id: str) -> None:
+        known = await store.load(self.journal, approval_id)
+        if known is None:
+            return
+        pending = self._by_id.get(approval_id)
+        if pending is not None and pending.approval.state == "pending" and known.state != "pending":
+            await self._adopt(pending, known)
+            self._finish(pending, self._decision(pending), publish=False)
+            known = pending.approval
+        self.journal.events.publish("approval", approval_json(known, self.journal), remote=True)
+
+    async def _adopt(self, pending: Pending, known: Approval | None = None) -> None:
+        """Take the decision the journal has for an approval held here."""
+        known = known or await store.load(self.journal, pending.approval.id)
+        if known is None:
+            return
+        approval = pending.approval
+        approval.state, approval.reason = known.state, known.reason
+        approval.decided_at, approval.decided_by = known.decided_at, known.decided_by
 
     async def deny_session(self, session_id: str, reason: str) -> int:
         """Deny every pending approval of a session (rolled back, or frozen); how many."""
@@ -222,7 +286,23 @@ class ApprovalQueue:
             return
         seconds = pending.approval.expires_at - pending.approval.created_at
         self._claim(pending, "timed_out", f"nobody decided within {seconds:g}s")
+        if self.journal.shared:  # another replica may have decided it meanwhile: ask first
+            task = asyncio.get_running_loop().create_task(self._time_out_shared(pending))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
         self.journal.writer.submit(store.DECIDE, store.decide_params(pending.approval))
+        self._finish(pending, self._decision(pending))
+
+    async def _time_out_shared(self, pending: Pending) -> None:
+        try:
+            changed = await self.journal.writer.write(
+                store.DECIDE, store.decide_params(pending.approval)
+            )
+        except JournalError:
+            changed = None  # timed out here all the same: nothing is forwarded
+        if changed == []:  # decided on another replica first: that decision holds
+            await self._adopt(pending)
         self._finish(pending, self._decision(pending))
 
     @staticmethod
@@ -287,6 +367,13 @@ class ApprovalQueue:
             self._finish(pending, self._decision(pending))
         if self.webhooks is not None:
             await self.webhooks.close()
+
+
+def _require_reason(approval: Approval, reason: str | None) -> None:
+    if approval.risk == "critical" and reason is None:
+        raise ApprovalError(
+            400, "reason_required", "this request is critical risk: give a reason to decide"
+        )
 
 
 def _already(approval: Approval) -> str:

@@ -55,8 +55,9 @@ from undoproxy.rollback.report import (
     Verdict,
     fully_rolled_back,
 )
+from undoproxy.store.base import Busy
 from undoproxy.store.journal import Journal
-from undoproxy.store.records import Step
+from undoproxy.store.records import Session, Step
 from undoproxy.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,22 @@ class Rollback:
         if session_id in self._running:
             raise RollbackRefused(f"a rollback of session {session_id!r} is already running")
         self._running.add(session_id)
+        try:
+            # On a shared journal: held across replicas, Busy when one runs elsewhere.
+            async with contextlib.AsyncExitStack() as held:
+                if not dry_run:
+                    try:
+                        await held.enter_async_context(self.journal.exclusive(session_id))
+                    except Busy as exc:
+                        raise RollbackRefused(str(exc)) from None
+                return await self._run(session, force=force, dry_run=dry_run, progress=progress)
+        finally:
+            self._running.discard(session_id)
+
+    async def _run(
+        self, session: Session, *, force: bool, dry_run: bool, progress: Progress | None
+    ) -> Report:
+        session_id = session.id
         started = False
         run: RunState | None = None
         try:
@@ -150,8 +167,6 @@ class Rollback:
                 with contextlib.suppress(Exception):
                     await self.journal.set_session_state(session_id, "rollback_incomplete")
             raise
-        finally:
-            self._running.discard(session_id)
 
     async def _tell(
         self, session_id: str, result: StepResult, run: RunState, progress: Progress | None

@@ -1,6 +1,8 @@
-"""The SQLite journal: schema and migrations (`schema`), the one write path (`writer`), the
-records (`records`), sessions and steps (`journal`), approvals (`approvals`) and the
-one-process-per-journal lock (`lock`).
+"""The journal: its interface (`base.Store`) and two stores behind it, picked by `factory`
+from the config — SQLite for one process (`store.path`: `schema`, the one write path
+`writer`, `journal`, the one-process-per-journal `lock`) and PostgreSQL for any number of
+replicas (`store.url`: the `postgres` package, whose writer shares the queue of `writer`);
+the records (`records`), approvals (`approvals`) and the hash chain (`chain`) serve both.
 
 Which writes are awaited — the one rule every call site follows:
 

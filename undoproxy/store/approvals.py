@@ -49,8 +49,8 @@ class Approval:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Approval:
-        """The Approval a `SELECT *` row describes."""
-        values = dict(row)
+        """The Approval a `SELECT *` row describes (columns it does not know are left out)."""
+        values = {k: v for k, v in row.items() if k in COLUMNS}
         for name in _JSON_COLUMNS:
             values[name] = json.loads(values[name]) if values.get(name) else None
         values["step_ids"] = values["step_ids"] or []
@@ -62,9 +62,11 @@ COLUMNS = tuple(f.name for f in fields(Approval))
 INSERT = (
     f"INSERT INTO approvals ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
 )
+# Only a pending approval can be decided: the first decision holds (on a shared journal the
+# writer returns the rows changed, so a decision that came second changed none).
 DECIDE = (
     "UPDATE approvals SET state=:state, decided_at=:decided_at, decided_by=:decided_by, "
-    "reason=:reason, step_ids=:step_ids WHERE id=:id"
+    "reason=:reason, step_ids=:step_ids WHERE id=:id AND state='pending'"
 )
 SET_STEPS = "UPDATE approvals SET step_ids=:step_ids WHERE id=:id"
 
@@ -116,14 +118,18 @@ async def expire_stale(journal: Journal) -> int:
     Their agents' connections died with that run, so nothing can be forwarded any more.
     Returns how many approvals were expired.
     """
-    rows = await journal.query("SELECT count(*) AS n FROM approvals WHERE state='pending'")
+    mine, params = journal.owned  # on a shared journal: this replica's only
+    rows = await journal.query(
+        f"SELECT count(*) AS n FROM approvals WHERE state='pending' AND {mine}", params
+    )
     now = time.time()
     await journal.writer.write(
-        "UPDATE approvals SET state='expired', decided_at=?, reason=? WHERE state='pending'",
-        (now, RESTART_REASON),
+        "UPDATE approvals SET state='expired', decided_at=?, reason=? "
+        f"WHERE state='pending' AND {mine}",
+        (now, RESTART_REASON, *params),
     )
     await journal.writer.write(
-        "UPDATE steps SET status='denied', updated_at=?, error=? WHERE status='held'",
-        (now, f"expired: {RESTART_REASON}"),
+        f"UPDATE steps SET status='denied', updated_at=?, error=? WHERE status='held' AND {mine}",
+        (now, f"expired: {RESTART_REASON}", *params),
     )
     return int(rows[0]["n"])

@@ -44,7 +44,7 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,7 +194,12 @@ def verify(path: Path, *, heads: Iterable[str] = ()) -> Report:
             if migrated:
                 raise NoChain(f"{path} had a hash chain, and its chain table was dropped")
             raise NoChain(f"{path} has no hash chain yet: start undoproxy once to add it")
-        report = _check(conn)
+        report = check(
+            conn.execute(
+                "SELECT seq, tbl, row_id, version, prev_hash, hash FROM chain ORDER BY seq"
+            ),
+            lambda table: _sqlite_rows(conn, table),
+        )
         missing = [
             Problem(
                 (0, 0),
@@ -210,15 +215,27 @@ def verify(path: Path, *, heads: Iterable[str] = ()) -> Report:
         conn.close()
 
 
-def _check(conn: sqlite3.Connection) -> Report:
+def _sqlite_rows(conn: sqlite3.Connection, table: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    cur = conn.execute(f"SELECT rowid AS _rowid, * FROM {table} ORDER BY rowid")
+    names = [d[0] for d in cur.description][1:]
+    for rowid, *values in cur:
+        yield rowid, dict(zip(names, values, strict=True))
+
+
+Entry = tuple[int, str, str, int, str, str]  # seq, tbl, row_id, version, prev_hash, hash
+
+
+def check(
+    chain: Iterable[Entry], rows: Callable[[str], Iterable[tuple[int, dict[str, Any]]]]
+) -> Report:
+    """Check the chain's entries (in order) against each table's rows, as (position, row)
+    pairs with every column; the same check for every store (see the module docstring)."""
     problems: list[Problem] = []
     breaks: list[int] = []  # chain seqs where a link is broken
     gaps: list[tuple[int, int, Problem]] = []  # a row's missing version: between these seqs
     last: dict[tuple[str, str], tuple[int, int, str, str]] = {}  # (table, id) -> last entry
     prev, entries, before_it = GENESIS, 0, "the start"
-    for seq, table, row_id, version, prev_hash, digest in conn.execute(
-        "SELECT seq, tbl, row_id, version, prev_hash, hash FROM chain ORDER BY seq"
-    ):
+    for seq, table, row_id, version, prev_hash, digest in chain:
         entries += 1
         if prev_hash != prev:
             breaks.append(seq)
@@ -249,12 +266,9 @@ def _check(conn: sqlite3.Connection) -> Report:
     counts = {}
     wheres: dict[tuple[str, str], str] = {}  # where each step is, to name it in any problem
     for table in TABLES:
-        cur = conn.execute(f"SELECT rowid AS _rowid, * FROM {table} ORDER BY rowid")
-        names = [d[0] for d in cur.description][1:]
         n = 0
-        for rowid, *values in cur:
+        for rowid, row in rows(table):
             n += 1
-            row = dict(zip(names, values, strict=True))
             where = f"session {row['session_id']}, #{row['seq']}" if table == "steps" else ""
             wheres[(table, row["id"])] = where
             entry = last.pop((table, row["id"]), None)

@@ -1,5 +1,9 @@
 """The journal: sessions and steps, written through one writer, read through a second connection.
 
+`Journal` is the store every other module uses (its interface: `undoproxy.store.base.Store`)
+and its SQLite implementation; `undoproxy.store.postgres.PgJournal` overrides the parts that
+differ on PostgreSQL (opening, reads, locks across processes, events from other replicas).
+
 Which methods wait for the commit follows the rule in `undoproxy.store`: `write_ahead`,
 `update_now` and `set_session_state` are awaited; `add_session`, `record` and `update` are
 batched. An awaited method changes the in-memory record only as far as the database agrees.
@@ -9,8 +13,9 @@ Sessions are cached in memory because every proxied request needs its session's 
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,7 @@ from undoproxy.events import EventBus
 from undoproxy.store import schema
 from undoproxy.store.lock import JournalLock
 from undoproxy.store.records import STEP_COLUMNS, Session, Step, encode_fields
-from undoproxy.store.writer import JournalWriter
+from undoproxy.store.writer import JournalWriter, QueuedWriter
 
 _INSERT_STEP = (
     f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
@@ -44,10 +49,19 @@ _SESSION_COLUMNS = (
 class Journal:
     """Sessions and steps of every agent, durable in SQLite."""
 
+    # Another process may share this journal (PostgreSQL): sessions, approvals and rollbacks
+    # may then change elsewhere, and the journal tells about it through `events`.
+    shared = False
+    _INSERT_SESSION = (
+        f"INSERT INTO sessions ({', '.join(_SESSION_COLUMNS)}) "
+        f"VALUES ({', '.join('?' for _ in _SESSION_COLUMNS)})"
+    )
+    _INSERT_STEP = _INSERT_STEP
+
     def __init__(
         self,
-        writer: JournalWriter,
-        read_conn: aiosqlite.Connection,
+        writer: QueuedWriter,
+        read_conn: aiosqlite.Connection | None,
         events: EventBus,
         lock: JournalLock | None = None,
         box: CredentialBox | None = None,
@@ -103,23 +117,43 @@ class Journal:
         """Commit everything queued, close both connections, then give up the lock."""
         try:
             await self.writer.close()
-            await self._read.close()
+            if self._read is not None:
+                await self._read.close()
         finally:
             if self._lock is not None:
                 self._lock.release()
 
     async def _load(self) -> None:
-        async with self._read.execute(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions") as c:
-            for row in await c.fetchall():
-                values = dict(row)
-                values["frozen"] = bool(values["frozen"])
-                self.sessions[row["id"]] = Session(**values)
-        async with self._read.execute(
+        for values in await self.query(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions"):
+            self.sessions[values["id"]] = session_of(values)
+        for row in await self.query(
             "SELECT session_id, max(seq) AS seq FROM steps GROUP BY session_id"
-        ) as c:
-            for row in await c.fetchall():
-                self._seq[row["session_id"]] = row["seq"]
+        ):
+            self._seq[row["session_id"]] = row["seq"]
         self.frozen_all = await self.setting(FREEZE_ALL) == "1"
+
+    # --- what differs when other processes share the journal (see PgJournal) ---------------
+
+    @property
+    def owned(self) -> tuple[str, tuple[Any, ...]]:
+        """A SQL condition (and its parameters) on `steps` and `approvals` rows that selects
+        those this process wrote: all of them here, one replica's on a shared journal."""
+        return "1=1", ()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, session_id: str) -> AsyncIterator[None]:
+        """Held while a session is rolled back; raises Busy when another process holds it.
+
+        One process per SQLite journal (`lock`): the rollback's own bookkeeping suffices."""
+        yield
+
+    async def claim_key(self, fingerprint: str) -> None:
+        """Check the credentials key against the one the journal was started with (shared
+        journals: raises UndoproxyError on a mismatch); nothing to check for one process."""
+
+    async def find_session(self, session_id: str) -> Session | None:
+        """The session with this id, also when another process created it a moment ago."""
+        return self.sessions.get(session_id)
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -127,9 +161,7 @@ class Journal:
         """Register a new session (queued for commit before any of its steps)."""
         self.sessions[session.id] = session
         self.writer.submit(
-            f"INSERT INTO sessions ({', '.join(_SESSION_COLUMNS)}) "
-            f"VALUES ({', '.join('?' for _ in _SESSION_COLUMNS)})",
-            tuple(getattr(session, c) for c in _SESSION_COLUMNS),
+            self._INSERT_SESSION, tuple(getattr(session, c) for c in _SESSION_COLUMNS)
         )
         self.events.publish("session", session_summary(session))
         return session
@@ -211,13 +243,18 @@ class Journal:
     # --- steps ----------------------------------------------------------------------------
 
     async def write_ahead(self, step: Step) -> None:
-        """Insert a step and wait until it is committed and fsync'd (raises JournalError)."""
-        await self.writer.write(_INSERT_STEP, step.to_row(self.box.encrypt))
+        """Insert a step and wait until it is committed and fsync'd (raises JournalError).
+
+        A shared journal numbers the step in its session as it commits it: `step.seq` is then
+        the number the database gave it."""
+        rows = await self.writer.write(self._INSERT_STEP, step.to_row(self.box.encrypt))
+        if rows:
+            step.seq = rows[0]["seq"]
         self.events.publish("step", step_event(step))
 
     def record(self, step: Step) -> None:
         """Insert a step without waiting (reads, requests undoproxy answered itself)."""
-        self.writer.submit(_INSERT_STEP, step.to_row(self.box.encrypt))
+        self.writer.submit(self._INSERT_STEP, step.to_row(self.box.encrypt))
         self.events.publish("step", step_event(step))
 
     def _update_sql(self, step_id: str, values: dict[str, Any]) -> tuple[str, list[Any]]:
@@ -255,26 +292,27 @@ class Journal:
         sql = "SELECT * FROM steps WHERE session_id=?"
         if mutations_only:
             sql += " AND is_mutation=1"
-        async with self._read.execute(sql + " ORDER BY seq", (session_id,)) as cur:
-            return [Step.from_row(dict(r), self.box.decrypt) for r in await cur.fetchall()]
+        rows = await self.query(sql + " ORDER BY seq", (session_id,))
+        return [Step.from_row(r, self.box.decrypt) for r in rows]
 
     async def step(self, step_id: str) -> Step | None:
         """One step by id."""
-        async with self._read.execute("SELECT * FROM steps WHERE id=?", (step_id,)) as cur:
-            row = await cur.fetchone()
-        return Step.from_row(dict(row), self.box.decrypt) if row else None
+        rows = await self.query("SELECT * FROM steps WHERE id=?", (step_id,))
+        return Step.from_row(rows[0], self.box.decrypt) if rows else None
 
     async def step_counts(self) -> dict[str, dict[str, int]]:
         """session id -> {"steps": n, "mutations": m}."""
         sql = "SELECT session_id, count(*) AS n, sum(is_mutation) AS m FROM steps GROUP BY 1"
-        async with self._read.execute(sql) as cur:
-            return {
-                r["session_id"]: {"steps": r["n"], "mutations": r["m"] or 0}
-                for r in await cur.fetchall()
-            }
+        return {
+            r["session_id"]: {"steps": r["n"], "mutations": r["m"] or 0}
+            for r in await self.query(sql)
+        }
 
     async def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
-        """A read-only query on the read connection, rows as dicts."""
+        """A read-only query on the read connection, rows as dicts.
+
+        The SQL is SQLite's, with `?` or `:name` parameters; a shared journal translates it."""
+        assert self._read is not None
         async with self._read.execute(sql, tuple(params)) as cur:
             return [dict(r) for r in await cur.fetchall()]
 
@@ -296,6 +334,13 @@ async def _recover_writes(writer: JournalWriter) -> None:
         "UPDATE sessions SET state='rollback_incomplete', updated_at=? WHERE state='rolling_back'",
         (now,),
     )
+
+
+def session_of(row: dict[str, Any]) -> Session:
+    """The Session a row of `sessions` describes."""
+    values = {c: row[c] for c in _SESSION_COLUMNS}
+    values["frozen"] = bool(values["frozen"])
+    return Session(**values)
 
 
 def session_summary(session: Session) -> dict[str, Any]:

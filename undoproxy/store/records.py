@@ -112,8 +112,9 @@ class Step:
 
     @classmethod
     def from_row(cls, row: dict[str, Any], decrypt: bodies.Decrypt) -> Step:
-        """The Step a `SELECT *` row describes (sealed bodies opened with `decrypt`)."""
-        values = dict(row)
+        """The Step a `SELECT *` row describes (sealed bodies opened with `decrypt`; columns
+        it does not know, such as PostgreSQL's `replica`, are left out)."""
+        values = {k: v for k, v in row.items() if k in _COLUMN_SET}
         for name in _JSON_COLUMNS:
             if values.get(name) is not None:
                 values[name] = json.loads(values[name])

@@ -1,6 +1,8 @@
 """The one write path to the journal.
 
-Every write goes through `JournalWriter`: `submit()` queues a write nobody waits for, `await
+Every write goes through the journal's writer (`JournalWriter` on SQLite, `postgres.writer.
+PgWriter` on PostgreSQL; both are a `QueuedWriter`, which holds everything below but how a
+batch is executed): `submit()` queues a write nobody waits for, `await
 write()` returns only once the row is committed and fsync'd (a failure raises JournalError, and
 the caller must not act on it: a mutation is not forwarded). Which writes are awaited is the
 rule at the top of `undoproxy.store`.
@@ -64,18 +66,16 @@ class _State(enum.Enum):
 class _Op:
     sql: str
     params: Params
-    done: asyncio.Future[None] | None
+    done: asyncio.Future[Any] | None
     state: _State = field(default=_State.QUEUED)
+    result: Any = None  # what the backend returned for it (PostgreSQL: the rows it changed)
 
 
-class JournalWriter:
-    """Owns the write connection (of a migrated journal); start() it in the running loop,
-    close() drains and stops."""
+class QueuedWriter:
+    """The queue, batching, withdrawal and timeouts every backend's writer shares; a backend
+    says how a batch is executed (`_execute`, in one transaction) and closed (`_close`)."""
 
-    def __init__(self, conn: sqlite3.Connection, *, timeout: float = 5.0) -> None:
-        chain.install(conn)
-        self._conn = conn
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
+    def __init__(self, *, timeout: float = 5.0) -> None:
         self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._urgent = asyncio.Event()  # someone waits for a commit: stop lingering
@@ -92,9 +92,11 @@ class JournalWriter:
         """Queue a write that nobody waits for (reads, progress); failures are logged, counted."""
         self._queue.put_nowait(_Op(sql, params, None))
 
-    async def write(self, sql: str, params: Params = ()) -> None:
+    async def write(self, sql: str, params: Params = ()) -> Any:
         """Queue a write and wait until it is committed and fsync'd.
 
+        Returns what the backend reports for it: None on SQLite; on PostgreSQL the rows an
+        INSERT or UPDATE of a chained table changed (so `[]`: it changed none).
         Raises JournalError when it was not committed: it failed, or it was still queued after
         `timeout` seconds (then it is withdrawn and never committed later). A write already
         executing when the timeout runs out is waited for, and its real outcome reported.
@@ -108,7 +110,7 @@ class JournalWriter:
         self._urgent.set()
         timer = loop.call_later(self._timeout, self._expire, op)
         try:
-            await done
+            return await done
         except asyncio.CancelledError:
             if op.state is _State.QUEUED:
                 self._withdraw(op, "its caller was cancelled")
@@ -129,8 +131,11 @@ class JournalWriter:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
-        self._thread.shutdown(wait=True)
+        await self._close()
+
+    async def _close(self) -> None:
+        """Close the backend's connection (the queue is drained)."""
+        raise NotImplementedError
 
     def _expire(self, op: _Op) -> None:
         """The timeout of an awaited write: withdraw it if it is still queued."""
@@ -188,7 +193,7 @@ class JournalWriter:
         try:
             await self._execute(batch)
         except Exception as exc:
-            if _database_failed(exc):
+            if self._database_failed(exc):
                 # Locked, disk full, I/O error: retrying row by row would only wait out the
                 # busy timeout once per row, and fail the same way.
                 for op in batch:
@@ -208,8 +213,49 @@ class JournalWriter:
                 self._succeed(op)
 
     async def _execute(self, batch: list[_Op]) -> None:
+        """Execute a batch in one transaction, setting each op's `result`; raise on failure
+        (nothing of the batch is then committed)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _database_failed(exc: Exception) -> bool:
+        """True when `exc` concerns the database, not one statement (no row-by-row retry)."""
+        return False
+
+    @staticmethod
+    def _succeed(op: _Op) -> None:
+        if op.done is not None and not op.done.done():
+            op.done.set_result(op.result)
+
+    def _fail(self, op: _Op, exc: Exception) -> None:
+        if op.done is not None and not op.done.done():
+            op.done.set_exception(JournalError(f"journal write failed: {exc}"))
+        else:
+            self.failures += 1
+            log.error("journal write lost: %s (%s)", exc, _statement(op.sql))
+
+
+class JournalWriter(QueuedWriter):
+    """The SQLite writer: owns the write connection (of a migrated journal); start() it in the
+    running loop, close() drains and stops."""
+
+    def __init__(self, conn: sqlite3.Connection, *, timeout: float = 5.0) -> None:
+        chain.install(conn)
+        self._conn = conn
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
+        super().__init__(timeout=timeout)
+
+    async def _close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
+        self._thread.shutdown(wait=True)
+
+    async def _execute(self, batch: list[_Op]) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._thread, self._execute_sync, batch)
+
+    @staticmethod
+    def _database_failed(exc: Exception) -> bool:
+        return _database_failed(exc)
 
     def _execute_sync(self, batch: list[_Op]) -> None:
         conn = self._conn
@@ -230,18 +276,6 @@ class JournalWriter:
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
             raise
-
-    @staticmethod
-    def _succeed(op: _Op) -> None:
-        if op.done is not None and not op.done.done():
-            op.done.set_result(None)
-
-    def _fail(self, op: _Op, exc: Exception) -> None:
-        if op.done is not None and not op.done.done():
-            op.done.set_exception(JournalError(f"journal write failed: {exc}"))
-        else:
-            self.failures += 1
-            log.error("journal write lost: %s (%s)", exc, _statement(op.sql))
 
 
 # SQLite's primary result codes that concern the database file, not one statement.

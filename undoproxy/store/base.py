@@ -1,0 +1,126 @@
+"""The store's interface: what every module outside `undoproxy.store` may use of a journal.
+
+Two implementations: `Journal` (SQLite, one process, `store.path`) and
+`postgres.PgJournal` (PostgreSQL, any number of replicas, `store.url`); `open_store` picks
+one from the config. Code outside the store types its journal as `Journal` (the SQLite class
+is also the base the PostgreSQL one extends) and relies only on what this Protocol lists, so
+it never knows which one it has. The SQL it passes to `writer` and `query` is SQLite's
+dialect, portable to PostgreSQL (`?`/`:name` parameters are translated there).
+
+Usage:
+
+    journal = await open_store(config, events)
+    journal.ensure_session("s1")
+    await journal.write_ahead(step)           # awaited: see the rule in `undoproxy.store`
+    async with journal.exclusive("s1"):       # Busy when a rollback runs elsewhere
+        ...
+    await journal.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from undoproxy.errors import UndoproxyError
+from undoproxy.events import EventBus
+from undoproxy.store.records import Session, Step
+from undoproxy.store.writer import Params
+
+
+class Busy(UndoproxyError):
+    """Another process holds what was asked for (a session's rollback)."""
+
+
+class Writer(Protocol):
+    """The one write path (`writer.QueuedWriter`): awaited and batched writes, in order."""
+
+    failures: int
+    withdrawn: int
+
+    def submit(self, sql: str, params: Params = ()) -> None:
+        """Queue a write nobody waits for."""
+
+    async def write(self, sql: str, params: Params = ()) -> Any:
+        """Queue a write and wait for its commit (JournalError when it did not commit)."""
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed."""
+
+
+class Store(Protocol):
+    """A journal of sessions, steps, approvals and settings (see the module docstring)."""
+
+    shared: bool  # other processes share it: state may change elsewhere
+    sessions: dict[str, Session]
+    frozen_all: bool
+    events: EventBus
+
+    @property
+    def writer(self) -> Writer:
+        """The one write path."""
+
+    @property
+    def owned(self) -> tuple[str, tuple[Any, ...]]:
+        """SQL condition selecting the `steps`/`approvals` rows this process wrote."""
+
+    def add_session(self, session: Session) -> Session:
+        """Register a new session (batched)."""
+
+    def ensure_session(self, session_id: str) -> Session:
+        """The session with this id, created on first use."""
+
+    async def find_session(self, session_id: str) -> Session | None:
+        """The session, also when another process created it a moment ago."""
+
+    async def set_session_state(self, session_id: str, state: str) -> Session:
+        """Change a session's state (awaited)."""
+
+    async def set_frozen(self, session_id: str, frozen: bool) -> Session:
+        """Freeze or unfreeze a session (awaited)."""
+
+    async def set_frozen_all(self, frozen: bool) -> None:
+        """The global kill switch (awaited)."""
+
+    async def setting(self, name: str) -> str | None:
+        """A stored setting."""
+
+    async def set_setting(self, name: str, value: str | None) -> None:
+        """Store or remove a setting (awaited)."""
+
+    def next_seq(self, session_id: str) -> int:
+        """The next step number of a session (a shared journal may renumber at commit)."""
+
+    async def write_ahead(self, step: Step) -> None:
+        """Insert a step, awaited."""
+
+    def record(self, step: Step) -> None:
+        """Insert a step, batched."""
+
+    def update(self, step: Step, **values: Any) -> None:
+        """Change a step, batched."""
+
+    async def update_now(self, step: Step, **values: Any) -> None:
+        """Change a step, awaited."""
+
+    async def steps(self, session_id: str, *, mutations_only: bool = False) -> list[Step]:
+        """A session's steps in order."""
+
+    async def step(self, step_id: str) -> Step | None:
+        """One step by id."""
+
+    async def step_counts(self) -> dict[str, dict[str, int]]:
+        """session id -> {"steps": n, "mutations": m}."""
+
+    async def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """A read-only query, rows as dicts."""
+
+    def exclusive(self, session_id: str) -> AbstractAsyncContextManager[None]:
+        """Held while a session is rolled back; Busy when held elsewhere."""
+
+    async def claim_key(self, fingerprint: str) -> None:
+        """Refuse (UndoproxyError) a credentials key other than the journal's."""
+
+    async def close(self) -> None:
+        """Commit what is queued and close."""

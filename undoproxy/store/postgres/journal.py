@@ -1,0 +1,227 @@
+"""The journal on PostgreSQL: one database shared by any number of `undoproxy run` replicas.
+
+`PgJournal` is `Journal` (sessions, steps, the rules of awaited and batched writes) with what
+changes when other processes share the store:
+- writes go through `PgWriter` (one transaction per batch; the hash chain across replicas);
+- a step is numbered in its session by the database as it commits (`max(seq) + 1` under the
+  chain lock), so one session's steps may pass through several replicas;
+- a session is inserted `ON CONFLICT DO NOTHING` (two replicas may meet a new one at once)
+  and loaded from the database when a replica does not know it yet (`find_session`);
+- events cross replicas (`relay`); replicas watch each other (`replicas`);
+- a rollback holds `pg_try_advisory_lock(ROLLBACK_CLASS, session)` on its own connection for
+  as long as it runs (`exclusive`): a second one, on any replica, gets Busy (409); if its
+  replica dies, the connection and the lock go with it;
+- the credentials key's fingerprint is kept in `settings` (`claim_key`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import asyncpg
+
+from undoproxy.credentials import CredentialBox
+from undoproxy.errors import UndoproxyError
+from undoproxy.events import EventBus
+from undoproxy.store.base import Busy
+from undoproxy.store.journal import _INSERT_STEP, Journal, session_of
+from undoproxy.store.postgres import schema
+from undoproxy.store.postgres.relay import Relay
+from undoproxy.store.postgres.replicas import Replicas
+from undoproxy.store.postgres.sql import translate
+from undoproxy.store.postgres.writer import PgWriter
+from undoproxy.store.records import Session
+
+log = logging.getLogger(__name__)
+KEY_SETTING = "credentials_key_sha256"
+
+
+class PgJournal(Journal):
+    """Sessions and steps of every agent of every replica, durable in PostgreSQL."""
+
+    shared = True
+    _INSERT_SESSION = Journal._INSERT_SESSION + " ON CONFLICT (id) DO NOTHING"
+    _INSERT_STEP = _INSERT_STEP.replace(
+        ":seq", "(SELECT coalesce(max(seq), 0) + 1 FROM steps WHERE session_id = :session_id)"
+    )
+
+    def __init__(
+        self,
+        url: str,
+        replica: str,
+        writer: PgWriter,
+        pool: asyncpg.Pool,
+        presence: asyncpg.Connection,
+        events: EventBus,
+        box: CredentialBox | None = None,
+    ) -> None:
+        super().__init__(writer, None, events, box=box)
+        self.url = url
+        self.replica = replica
+        self._pool = pool
+        self._presence = presence  # holds this replica's lock and listens
+        self.relay = Relay(self)
+        self.replicas: Replicas | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        events: EventBus | None = None,
+        box: CredentialBox | None = None,
+        *,
+        heartbeat: float = 10.0,
+        replica: str | None = None,
+    ) -> PgJournal:
+        """Migrate (under a lock), register this replica, recover what dead replicas left,
+        then listen to the others. Raises UndoproxyError when the database cannot be used."""
+        replica = replica or default_replica_name()
+        try:
+            presence = await schema.connect(url, replica)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise UndoproxyError(f"cannot connect to the journal at {shown(url)}: {exc}") from None
+        pool: asyncpg.Pool | None = None
+        writer: PgWriter | None = None
+        try:
+            await schema.migrate(presence)
+            if not await presence.fetchval(
+                "SELECT pg_try_advisory_lock($1, hashtext($2))", schema.REPLICA_CLASS, replica
+            ):
+                raise UndoproxyError(f"another replica named {replica!r} is running")
+            writer = PgWriter(
+                await schema.connect(url, replica, command_timeout=60),
+                lambda: schema.connect(url, replica, command_timeout=60),
+            )
+            writer.start()
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
+            assert pool is not None
+            journal = cls(url, replica, writer, pool, presence, events or EventBus(), box)
+            journal.replicas = Replicas(journal, heartbeat)
+            await journal.replicas.register(presence.get_server_pid())
+            await journal.replicas.sweep()  # what dead replicas (an earlier run too) left
+            await journal._load()
+            await journal.relay.start(presence)
+            journal.replicas.start()
+        except BaseException as exc:
+            if writer is not None:
+                await writer.close()
+            if pool is not None:
+                await pool.close()
+            await presence.close()
+            if isinstance(exc, OSError | asyncpg.PostgresError | asyncpg.InterfaceError):
+                raise UndoproxyError(f"the journal at {shown(url)} cannot be used: {exc}") from None
+            raise
+        return journal
+
+    async def close(self) -> None:
+        """Stop watching and listening, commit what is queued, close every connection.
+
+        This replica's row stays: the lock it held goes with its connection, and the next
+        sweep (here or on another replica) settles what it left and removes the row."""
+        try:
+            if self.replicas is not None:
+                await self.replicas.stop()
+            await self.relay.stop()
+            await self.writer.close()
+        finally:
+            await self._pool.close()
+            await self._presence.close()
+
+    # --- reads --------------------------------------------------------------------------
+
+    async def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """A read-only query (SQLite's SQL, translated), rows as dicts."""
+        statement = translate(sql)
+        params = params if isinstance(params, dict) else tuple(params)
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(statement.sql, *statement.args(params))
+        return [dict(r) for r in rows]
+
+    @property
+    def owned(self) -> tuple[str, tuple[Any, ...]]:
+        """Rows this replica inserted."""
+        return "replica=?", (self.replica,)
+
+    async def find_session(self, session_id: str) -> Session | None:
+        """The session, loaded from the database when another replica just created it."""
+        return self.sessions.get(session_id) or await self.reload_session(session_id)
+
+    async def reload_session(self, session_id: str) -> Session | None:
+        """Refresh one session from the database into the cache (in place: others hold it)."""
+        rows = await self.query("SELECT * FROM sessions WHERE id=?", (session_id,))
+        if not rows:
+            return None
+        fresh = session_of(rows[0])
+        known = self.sessions.get(session_id)
+        if known is None:
+            self.sessions[session_id] = fresh
+            return fresh
+        for name in ("token", "intent", "agent", "state", "created_at", "updated_at", "frozen"):
+            setattr(known, name, getattr(fresh, name))
+        return known
+
+    async def reload_frozen_all(self) -> None:
+        """Refresh the global kill switch from the database."""
+        self.frozen_all = await self.setting("freeze_all") == "1"
+
+    # --- across replicas ------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, session_id: str) -> AsyncIterator[None]:
+        """Hold the session's rollback lock (its own connection) or raise Busy."""
+        conn = await asyncpg.connect(self.url)
+        try:
+            if not await conn.fetchval(
+                "SELECT pg_try_advisory_lock($1, hashtext($2))", schema.ROLLBACK_CLASS, session_id
+            ):
+                raise Busy(f"a rollback of session {session_id!r} is already running")
+            try:
+                yield
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.execute(
+                        "SELECT pg_advisory_unlock($1, hashtext($2))",
+                        schema.ROLLBACK_CLASS,
+                        session_id,
+                    )
+        finally:
+            await conn.close()
+
+    async def claim_key(self, fingerprint: str) -> None:
+        """The first replica records its key's fingerprint; a replica with another refuses."""
+        await self.writer.write(
+            "INSERT INTO settings (name, value, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO NOTHING",
+            (KEY_SETTING, fingerprint, time.time()),
+        )
+        recorded = await self.setting(KEY_SETTING)
+        if recorded != fingerprint:
+            raise UndoproxyError(
+                f"this replica's credentials key (fingerprint {fingerprint[:16]}) is not the one "
+                f"the journal at {shown(self.url)} was started with (fingerprint "
+                f"{str(recorded)[:16]}): every replica must use the same credentials key "
+                "(the state dir's credentials.key or UNDOPROXY_CREDENTIALS_KEY), or it could "
+                "not open the credentials the others sealed for rollback"
+            )
+
+
+def default_replica_name() -> str:
+    """A name no other replica has: host, pid and a random part."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def shown(url: str) -> str:
+    """The database URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}{':***' if ':' in creds else ''}@{host}"
