@@ -40,7 +40,7 @@ import contextlib
 import enum
 import logging
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -240,7 +240,10 @@ class JournalWriter(QueuedWriter):
     running loop, close() drains and stops."""
 
     def __init__(self, conn: sqlite3.Connection, *, timeout: float = 5.0) -> None:
-        chain.install(conn)
+        # Hashes each transaction's new chain entries before its COMMIT (a stand-in that returns
+        # None, bench/nochain.py's baseline, leaves nothing to hash).
+        seal: Callable[[], None] | None = chain.install(conn)
+        self._seal_chain: Callable[[], None] = seal if seal is not None else _nothing
         self._conn = conn
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
         super().__init__(timeout=timeout)
@@ -271,6 +274,7 @@ class JournalWriter(QueuedWriter):
                 else:
                     conn.executemany(batch[i].sql, [op.params for op in batch[i:j]])
                 i = j
+            self._seal_chain()
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(Exception):
@@ -303,3 +307,7 @@ def _database_failed(exc: Exception) -> bool:
 def _statement(sql: str) -> str:
     """The start of a statement, for logs (never its parameters)."""
     return sql.split("(")[0].strip()[:60]
+
+
+def _nothing() -> None:
+    """No chain to seal."""
