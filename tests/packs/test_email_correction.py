@@ -8,8 +8,6 @@ providers (tests/support/protocols.py) keep an outbox of what they accepted for 
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +19,7 @@ from sendgrid.helpers.mail import Mail
 
 from tests.support import protocols
 from tests.support.certs import self_signed, server_context
+from tests.support.holding import decide, in_thread, wait_pending
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -70,28 +69,20 @@ def _rollback(proxy: Undoproxy, session: str) -> dict[str, Any]:
 
 
 def _approved(proxy: Undoproxy, session: str, send: Callable[[], Any]) -> Any:
-    """Run `send` (the agent) in a thread, approve its held email, return what it got."""
-    out: dict[str, Any] = {}
+    """Run `send` (the agent) in a thread, approve its held email, return what it got (an SDK
+    that raises on an HTTP error gives its exception)."""
 
-    def agent() -> None:
+    def agent() -> Any:
         try:
-            out["result"] = send()
+            return send()
         except Exception as exc:
-            out["result"] = exc
+            return exc
 
-    thread = threading.Thread(target=agent, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        held = proxy.api("GET", f"/api/approvals?state=pending&session={session}").json()
-        if held["approvals"]:
-            approval = held["approvals"][0]
-            assert approval["rule"].startswith("email/")
-            proxy.api("POST", f"/api/approvals/{approval['id']}/approve", json={})
-            thread.join(60)
-            return out["result"]
-        time.sleep(0.05)
-    raise AssertionError("the email was not held")
+    answer = in_thread(agent)
+    approval = wait_pending(proxy, session, timeout=60)
+    assert approval["rule"].startswith("email/")
+    assert decide(proxy, approval["id"], "approve").status_code == 200
+    return answer.result(60)
 
 
 def _sendgrid_email(
