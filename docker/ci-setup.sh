@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Give this machine what tests/test_container.py needs: a running Docker engine and a local
-# base image. Run as root on Debian 12 (`.ci/run` does); safe to run again, each step is skipped
-# when already done.
-#   1. apt-get install docker.io debootstrap (when missing)
+# Give this machine what tests/test_container.py and tests/test_deploy_*.py need: a running
+# Docker engine, Compose and a local base image. Run as root on Debian 12 (`.ci/run` does); safe
+# to run again, each step is skipped when already done.
+#   1. apt-get install docker.io debootstrap docker-compose (when missing; Compose is Debian's
+#      docker-compose 1.29 unless the docker client already has the `compose` plugin)
 #   2. start dockerd (no bridge, no iptables: every container runs with --network host and talks
 #      only to 127.0.0.1) unless one already answers; wait for its socket
 #   3. build undoproxy-base:bookworm with debootstrap and `docker import` (no image registry is
@@ -18,6 +19,9 @@ say() { echo "docker/ci-setup: $*"; }
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then
+  need+=(docker-compose)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

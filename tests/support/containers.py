@@ -1,8 +1,9 @@
-"""Docker from the tests: the CLI, building the image, and containers that are always removed.
+"""Docker from the tests: the CLI, building the image, containers that are always removed, and
+Compose projects that are always taken down.
 
 Every container runs with `--network host` and listens on loopback ports its config names: no
 traffic goes to a Docker bridge. `docker/ci-setup.sh` (run by `.ci/run`) installs and starts
-the engine and builds the local base image the build starts from.
+the engine and docker-compose, and builds the local base image the builds start from.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -19,12 +21,27 @@ import time
 import uuid
 from pathlib import Path
 
+from tests.support.ci import skip_or_fail
+
 REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = os.environ.get("UNDOPROXY_BASE_IMAGE", "undoproxy-base:bookworm")
 SETUP = "docker/ci-setup.sh"
 # The CA bundle pip trusts during the build (PyPI may be reached through a TLS-inspecting
 # proxy whose CA only the host knows); given to the build as a secret, not kept in the image.
 HOST_CA_BUNDLES = (os.environ.get("SSL_CERT_FILE", ""), "/etc/ssl/certs/ca-certificates.crt")
+# The image tests/test_container.py and tests/test_deploy_*.py build from the Dockerfile.
+TEST_IMAGE = "undoproxy-test:latest"
+# deploy/: the compose file, and the names the tests give the images it builds on BASE_IMAGE.
+COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
+TEST_POSTGRES_IMAGE = "undoproxy-test-postgres:latest"
+TEST_LB_IMAGE = "undoproxy-test-haproxy:latest"
+IMAGE_VARIABLES = {
+    "UNDOPROXY_IMAGE": TEST_IMAGE,
+    "UNDOPROXY_POSTGRES_IMAGE": TEST_POSTGRES_IMAGE,
+    "UNDOPROXY_LB_IMAGE": TEST_LB_IMAGE,
+    "UNDOPROXY_BASE": BASE_IMAGE,
+    "UNDOPROXY_DEBIAN_BASE": BASE_IMAGE,
+}
 _ADDR = re.compile(r"^\s+(proxy|admin)\s+http://([\d.]+):(\d+)", re.M)
 
 
@@ -47,8 +64,24 @@ def free_port() -> int:
         return port
 
 
+def ready_docker() -> Docker:
+    """The engine, once it answers and has the base image; else skip (locally) or fail (CI)
+    with what is missing."""
+    cli = docker_cli()
+    if cli is None:
+        skip_or_fail(f"docker is not installed; run {SETUP} as root")
+    engine = Docker(cli)
+    why = engine.why_not_ready()
+    if why is not None:
+        skip_or_fail(why)
+    return engine
+
+
 class DockerError(RuntimeError):
     """A docker command failed; the message has its output."""
+
+
+_BUILT: set[str] = set()
 
 
 class Docker:
@@ -86,6 +119,12 @@ class Docker:
             return f"the base image {BASE_IMAGE} is missing; run {SETUP} as root"
         return None
 
+    def build_once(self, tag: str, log: Path) -> None:
+        """`build`, unless this process built `tag` already (modules share the image)."""
+        if tag not in _BUILT:
+            self.build(tag, log)
+            _BUILT.add(tag)
+
     def build(self, tag: str, log: Path, timeout: float = 900) -> None:
         """Build the repository's Dockerfile on BASE_IMAGE, with the layer cache; the build's
         output goes to `log`."""
@@ -107,6 +146,16 @@ class Docker:
     def image_id(self, tag: str) -> str | None:
         done = self("image", "inspect", "--format", "{{.Id}}", tag, check=False)
         return done.stdout.decode().strip() or None if done.returncode == 0 else None
+
+    def copy_out(self, container: str, path: str) -> bytes:
+        """A file of a container (of its volumes too), as `docker cp` copies it out."""
+        tar = self("cp", f"{container}:{path}", "-").stdout
+        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+            member = archive.next()
+            assert member is not None
+            extracted = archive.extractfile(member)
+            assert extracted is not None
+            return extracted.read()
 
     def volume(self, prefix: str) -> str:
         """A new named volume (remove it with `volume rm`)."""
@@ -164,13 +213,7 @@ class Container:
 
     def read(self, path: str) -> bytes:
         """A file of the container (of its volumes too), as `docker cp` copies it out."""
-        tar = self.docker("cp", f"{self.name}:{path}", "-").stdout
-        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-            member = archive.next()
-            assert member is not None
-            extracted = archive.extractfile(member)
-            assert extracted is not None
-            return extracted.read()
+        return self.docker.copy_out(self.name, path)
 
     def stop(self, timeout: int = 30) -> int:
         """`docker stop` (SIGTERM, then SIGKILL after `timeout` s); the exit code."""
@@ -183,3 +226,84 @@ class Container:
         if not self.removed:
             self.docker("rm", "-f", "-v", self.name, check=False)
             self.removed = True
+
+
+def compose_command(docker: Docker) -> list[str] | None:
+    """How to run Compose: UNDOPROXY_COMPOSE (a command line), else Debian's `docker-compose`
+    (what docker/ci-setup.sh installs), else `docker compose` when the client has the plugin."""
+    chosen = os.environ.get("UNDOPROXY_COMPOSE")
+    if chosen:
+        return shlex.split(chosen)
+    found = shutil.which("docker-compose")
+    if found:
+        return [found]
+    try:
+        plugin = docker("compose", "version", timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return [docker.cli, "compose"] if plugin.returncode == 0 else None
+
+
+def ready_compose(docker: Docker) -> list[str]:
+    """compose_command, or skip (locally) or fail (CI) saying what is missing."""
+    command = compose_command(docker)
+    if command is None:
+        skip_or_fail(f"no Compose (docker-compose, or `docker compose`); run {SETUP} as root")
+    return command
+
+
+class Compose:
+    """One project of a compose file: every command with the same project name and variables.
+    The variables replace any UNDOPROXY_* of the caller's environment."""
+
+    def __init__(
+        self, command: list[str], file: Path, project: str, variables: dict[str, str]
+    ) -> None:
+        self.command, self.file, self.project = command, file, project
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("UNDOPROXY_")}
+        self.env = {**inherited, **variables}
+
+    def __call__(
+        self, *args: str, timeout: float = 300, check: bool = True
+    ) -> subprocess.CompletedProcess[bytes]:
+        done = subprocess.run(
+            [*self.command, "--project-name", self.project, "--file", str(self.file), *args],
+            capture_output=True,
+            timeout=timeout,
+            env=self.env,
+        )
+        if check and done.returncode != 0:
+            raise DockerError(
+                f"compose {' '.join(args)} exited {done.returncode}:\n"
+                + (done.stdout + done.stderr).decode(errors="replace")[-4000:]
+            )
+        return done
+
+    def build(self, docker: Docker, images: dict[str, str]) -> None:
+        """`build` the services {service: the image tag the variables give it}, unless this
+        process built them already; the image a tag named before is removed when the build made
+        a new one (the layer cache is kept apart)."""
+        wanted = {service: tag for service, tag in images.items() if tag not in _BUILT}
+        if not wanted:
+            return
+        previous = {tag: docker.image_id(tag) for tag in wanted.values()}
+        self("build", *wanted, timeout=900)
+        for tag, old in previous.items():
+            if old is not None and old != docker.image_id(tag):
+                docker("image", "rm", old, check=False)
+        _BUILT.update(wanted.values())
+
+    def container(self, service: str) -> str:
+        """The id of the service's (one) container."""
+        found = self("ps", "-q", service).stdout.decode().split()
+        if len(found) != 1:
+            raise DockerError(f"service {service} has containers {found}")
+        return found[0]
+
+    def logs(self, *services: str) -> str:
+        done = self("logs", "--no-color", *services, check=False)
+        return (done.stdout + done.stderr).decode(errors="replace")
+
+    def down(self) -> None:
+        """Remove the project's containers and volumes (its images are kept: the cache)."""
+        self("down", "--volumes", "--remove-orphans", "--timeout", "10", check=False)
