@@ -12,8 +12,8 @@ import pytest
 from undoproxy.config import load_config
 from undoproxy.errors import ConfigErrors
 from undoproxy.packs import BUILTIN_ORDER, builtin_names
+from undoproxy.packs.loading import load_builtin
 from undoproxy.rules import RequestView
-from undoproxy.rules.packs import load_builtin
 
 
 def _config(tmp_path: Path, text: str) -> Path:

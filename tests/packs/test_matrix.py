@@ -234,7 +234,7 @@ async def test_the_agent_s_own_redaction_is_irreversible(
 
 
 def test_the_pack_file_is_shipped(tmp_path: Path) -> None:
-    from undoproxy.rules.packs import load_builtin
+    from undoproxy.packs.loading import load_builtin
 
     names = [r.name for r in load_builtin("matrix").rules]
     assert "matrix/send" in names and "matrix/state" in names
