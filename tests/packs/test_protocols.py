@@ -8,10 +8,9 @@ comes straight back was recognised by its pack; a mutation a pack recognises is 
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -199,7 +198,8 @@ def test_search_posts_are_reads(
     assert (step["kind"], step["rule"]) == ("read", rule)
 
 
-def _send_email(proxy: Undoproxy, fake: ThreadedServer, session: str, out: dict[str, Any]) -> None:
+def _send_email(fake: ThreadedServer) -> Any:
+    """Send an email with SendGrid's SDK; its HTTP status (or what it raised instead)."""
     client = sendgrid.SendGridAPIClient(api_key="SG.test", host=fake.base_url)
     message = Mail(
         from_email="agent@example.com",
@@ -208,39 +208,31 @@ def _send_email(proxy: Undoproxy, fake: ThreadedServer, session: str, out: dict[
         plain_text_content="see attached",
     )
     try:
-        out["status"] = client.send(message).status_code
+        return client.send(message).status_code
     except Exception as exc:  # python-http-client raises HTTPError subclasses with .status_code
-        out["status"] = getattr(exc, "status_code", repr(exc))
+        return getattr(exc, "status_code", repr(exc))
 
 
 def _held_email(
     proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
-) -> tuple[threading.Thread, dict[str, Any], dict[str, Any]]:
+) -> tuple[Future[Any], dict[str, Any]]:
+    """The agent sending an email in a thread (its future status), and the approval holding it."""
     # SendGrid's client is urllib underneath: it reads the proxy and CA from the environment.
     monkeypatch.setenv("HTTPS_PROXY", proxy.proxy_url(session))
     monkeypatch.setenv("SSL_CERT_FILE", proxy.ca_bundle)
     for name in ("NO_PROXY", "no_proxy", "https_proxy"):
         monkeypatch.delenv(name, raising=False)
-    out: dict[str, Any] = {}
-    agent = threading.Thread(target=_send_email, args=(proxy, fake, session, out), daemon=True)
-    agent.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        held = proxy.api("GET", f"/api/approvals?state=pending&session={session}").json()
-        if held["approvals"]:
-            return agent, out, held["approvals"][0]
-        time.sleep(0.05)
-    raise AssertionError("the email was not held")
+    status = in_thread(lambda: _send_email(fake))
+    return status, wait_pending(proxy, session, timeout=30)
 
 
 def test_an_email_is_held_then_irreversible_naming_recipients_and_subject(
     proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent, out, approval = _held_email(proxy, fake, session, monkeypatch)
+    status, approval = _held_email(proxy, fake, session, monkeypatch)
     assert approval["rule"] == "email/sendgrid"
-    proxy.api("POST", f"/api/approvals/{approval['id']}/approve", json={})
-    agent.join(30)
-    assert out == {"status": 202}
+    assert decide(proxy, approval["id"], "approve").status_code == 200
+    assert status.result(30) == 202
     [step] = _steps(proxy, session)
     assert (step["kind"], step["risk"], step["status"]) == ("mutation", "high", "succeeded")
     assert step["meta"] == {
@@ -260,8 +252,7 @@ def test_a_denied_email_is_never_sent(
     proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = len(fake.app[protocols.RECEIVED])
-    agent, out, approval = _held_email(proxy, fake, session, monkeypatch)
-    proxy.api("POST", f"/api/approvals/{approval['id']}/deny", json={"reason": "no"})
-    agent.join(30)
-    assert out == {"status": 403}
+    status, approval = _held_email(proxy, fake, session, monkeypatch)
+    assert decide(proxy, approval["id"], "deny", reason="no").status_code == 200
+    assert status.result(30) == 403
     assert len(fake.app[protocols.RECEIVED]) == before
