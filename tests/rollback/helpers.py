@@ -1,4 +1,4 @@
-"""What the rollback tests share: the store's credentials and the rollback call."""
+"""What the rollback tests share: the store's credentials, the rollback call and its report."""
 
 from __future__ import annotations
 
@@ -25,3 +25,13 @@ def statuses(report: dict[str, Any]) -> list[str]:
 def details(report: dict[str, Any]) -> list[str]:
     """The report's step details, newest step first."""
     return [s["detail"] for s in report["steps"]]
+
+
+def rollback_ends(
+    proxy: Undoproxy, session: str, state: str, step_statuses: list[str], **body: Any
+) -> dict[str, Any]:
+    """POST the rollback, assert the state it ends in and each step's status (newest first),
+    and return its report."""
+    report = rollback(proxy, session, **body)
+    assert (report["state"], statuses(report)) == (state, step_statuses), report
+    return report
