@@ -82,12 +82,6 @@ async def agent(
     await client.close()
 
 
-def _rollback(proxy: Undoproxy, session: str) -> dict[str, Any]:
-    r = proxy.api("POST", f"/api/sessions/{session}/rollback")
-    assert r.status_code == 200, r.text
-    return dict(r.json())
-
-
 def _event(synapse: Synapse, token: str, room_id: str, event_id: str) -> dict[str, Any]:
     r = synapse.direct(token, "GET", f"/rooms/{room(room_id)}/event/{room(event_id)}")
     r.raise_for_status()
@@ -97,10 +91,6 @@ def _event(synapse: Synapse, token: str, room_id: str, event_id: str) -> dict[st
 def _topic(synapse: Synapse, token: str, room_id: str) -> Any:
     r = synapse.direct(token, "GET", f"/rooms/{room(room_id)}/state/m.room.topic/")
     return r.json() if r.ok else r.status_code
-
-
-def _steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
-    return list(proxy.api("GET", f"/api/sessions/{session}").json()["steps"])
 
 
 async def test_a_message_sent_is_redacted_on_rollback(
@@ -116,12 +106,12 @@ async def test_a_message_sent_is_redacted_on_rollback(
     assert isinstance(sent, nio.RoomSendResponse), sent
     event_id = sent.event_id
     assert _event(synapse, users["carol"], room_id, event_id)["content"] == content
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["rule"], step["kind"], step["status"]) == ("matrix/send", "mutation", "succeeded")
     assert step["meta"] == {"event_type": "m.room.message", "event_id": event_id}
     assert users["agent"] not in str(step)  # nio puts the token in the query: never in clear
 
-    report = _rollback(proxy, session)
+    report = proxy.rollback(session)
     [entry] = report["steps"]
     assert entry["status"] == "compensated", entry
     assert report["state"] == "rolled_back"
@@ -140,7 +130,7 @@ async def test_a_message_sent_is_redacted_on_rollback(
         json={"reason": "retry"},
     )
     assert again.json()["event_id"] == redaction["event_id"]
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "skipped"
 
 
@@ -157,10 +147,10 @@ async def test_a_state_event_is_put_back_to_its_prior_content(
     put = await agent.room_put_state(room_id, "m.room.topic", {"topic": "Layoffs"})
     assert isinstance(put, nio.RoomPutStateResponse), put
     assert _topic(synapse, users["carol"], room_id) == {"topic": "Layoffs"}
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert step["rule"] in ("matrix/state", "matrix/state-empty-key")
 
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "compensated", entry
     assert _topic(synapse, users["carol"], room_id) == before
 
@@ -175,7 +165,7 @@ async def test_state_that_did_not_exist_before_is_irreversible_and_left(
 ) -> None:
     put = await agent.room_put_state(room_id, "org.example.flag", {"on": True}, state_key="x")
     assert isinstance(put, nio.RoomPutStateResponse), put
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "Matrix cannot remove a state event" in entry["detail"]
     r = synapse.direct(users["carol"], "GET", f"/rooms/{room(room_id)}/state/org.example.flag/x")
@@ -206,7 +196,7 @@ async def test_a_state_changed_by_someone_else_since_is_a_conflict_not_overwritt
         json={"topic": "Carol's topic"},
     ).raise_for_status()
 
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "conflict", entry
     assert _topic(synapse, users["carol"], room_id) == {"topic": "Carol's topic"}
 
@@ -228,7 +218,7 @@ async def test_the_agent_s_own_redaction_is_irreversible(
     event_id = r.json()["event_id"]
     done = await agent.room_redact(room_id, event_id, reason="spam")
     assert isinstance(done, nio.RoomRedactResponse), done
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "a redaction cannot be undone" in entry["detail"]
 

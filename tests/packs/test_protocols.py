@@ -54,16 +54,6 @@ def session() -> str:
     return f"proto-{uuid.uuid4().hex[:10]}"
 
 
-def _steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
-    r = proxy.api("GET", f"/api/sessions/{session}")
-    r.raise_for_status()
-    return list(r.json()["steps"])
-
-
-def _rollback(proxy: Undoproxy, session: str) -> dict[str, Any]:
-    return dict(proxy.api("POST", f"/api/sessions/{session}/rollback").json())
-
-
 FRAGMENT_FIRST = """
 # the agent's saved query
 fragment who on User { login name(format: "{not a brace}") }
@@ -87,10 +77,10 @@ def test_graphql_queries_are_reads(
     with proxy.agent(session) as s:
         r = s.post(f"{fake.base_url}/graphql", json=body, timeout=30)
     assert r.status_code == 200
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"], step["status"]) == ("read", "graphql/query", "succeeded")
     assert step["meta"].get("operation") == operation
-    assert _rollback(proxy, session)["steps"] == []
+    assert proxy.rollback(session)["steps"] == []
 
 
 def test_a_graphql_mutation_is_an_irreversible_mutation(
@@ -104,14 +94,14 @@ def test_a_graphql_mutation_is_an_irreversible_mutation(
             lambda: s.post(f"{fake.base_url}/api/graphql", json={"query": query}, timeout=60),
         )
     assert r.json() == {"data": {"ran": "anonymous"}}
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"], step["status"]) == (
         "mutation",
         "graphql/mutation",
         "succeeded",
     )
     assert step["meta"] == {"operation": "CreateIssue", "operation_type": "mutation"}
-    report = _rollback(proxy, session)
+    report = proxy.rollback(session)
     [entry] = report["steps"]
     assert entry["status"] == "irreversible"
     assert "GraphQL mutation has no generic inverse" in entry["detail"]
@@ -154,7 +144,7 @@ def test_mcp_listing_and_reading_are_reads(
     with proxy.agent(session) as s:
         r = s.post(f"{fake.base_url}/mcp", json=body, timeout=30)
     assert r.status_code in (200, 202)
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert step["kind"] == "read"
     assert step["rule"] in ("mcp/read", "mcp/notification")
     assert step["meta"] == {"method": body["method"]}
@@ -169,10 +159,10 @@ def test_an_mcp_tool_call_is_an_irreversible_mutation_naming_the_tool(
             proxy, session, lambda: s.post(f"{fake.base_url}/mcp", json=call, timeout=60)
         )
     assert r.json()["result"]["isError"] is False
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("mutation", "mcp/tool-call")
     assert step["meta"] == {"method": "tools/call", "tool": "delete_file"}
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "tool: delete_file" in entry["detail"]
 
@@ -194,7 +184,7 @@ def test_search_posts_are_reads(
     with proxy.agent(session) as s:
         r = s.post(f"{fake.base_url}{path}", json={"query": {"match_all": {}}}, timeout=30)
     assert r.status_code == 200
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", rule)
 
 
@@ -233,13 +223,13 @@ def test_an_email_is_held_then_irreversible_naming_recipients_and_subject(
     assert approval["rule"] == "email/sendgrid"
     assert decide(proxy, approval["id"], "approve").status_code == 200
     assert status.result(30) == 202
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["risk"], step["status"]) == ("mutation", "high", "succeeded")
     assert step["meta"] == {
         "to": ["ana@example.com", "bo@example.com"],
         "subject": "Quarterly numbers",
     }
-    report = _rollback(proxy, session)
+    report = proxy.rollback(session)
     [entry] = report["steps"]
     assert entry["status"] == "irreversible"
     assert "an email cannot be unsent" in entry["detail"]

@@ -1,4 +1,5 @@
-"""What the rollback tests share: the store's credentials, the rollback call and its report."""
+"""What the rollback tests share: the store's credentials and reading a rollback's report
+(the rollback itself: `Undoproxy.rollback`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,6 @@ from tests.support.proc import Undoproxy
 
 TOKEN = "sk-store-SECRET-42"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def rollback(proxy: Undoproxy, session: str, **body: Any) -> dict[str, Any]:
-    """POST the rollback and return its report (it must answer 200)."""
-    r = proxy.api("POST", f"/api/sessions/{session}/rollback", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def statuses(report: dict[str, Any]) -> list[str]:
@@ -32,6 +26,6 @@ def rollback_ends(
 ) -> dict[str, Any]:
     """POST the rollback, assert the state it ends in and each step's status (newest first),
     and return its report."""
-    report = rollback(proxy, session, **body)
+    report = proxy.rollback(session, **body)
     assert (report["state"], statuses(report)) == (state, step_statuses), report
     return report

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.rollback.helpers import details, rollback, rollback_ends, statuses
+from tests.rollback.helpers import details, rollback_ends, statuses
 from tests.support.couchdb import AGENT, Couch
 from tests.support.proc import Undoproxy
 
@@ -124,7 +124,7 @@ def test_a_document_written_twice_at_a_revision_is_restored(
             assert r.status_code == 201, r.text
             rev = r.json()["rev"]
 
-    plan = rollback(named, session_id, dry_run=True)
+    plan = named.rollback(session_id, dry_run=True)
     assert statuses(plan) == ["planned", "planned"]
     rollback_ends(named, session_id, "rolled_back", ["compensated", "compensated"])
     assert couch.docs(db) == before

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.rollback.helpers import details, rollback, rollback_ends, statuses
+from tests.rollback.helpers import details, rollback_ends, statuses
 from tests.support.ci import skip_or_fail
 from tests.support.proc import Undoproxy
 
@@ -141,7 +141,7 @@ def test_put_object_overwriting_and_creating_is_undone_byte_for_byte(
     s3a.put_object(Bucket=bucket, Key="docs/new.txt", Body=b"made by the agent")
     assert bucket_state(s3, bucket) != before
 
-    plan = rollback(signed, session_id, dry_run=True)
+    plan = signed.rollback(session_id, dry_run=True)
     assert statuses(plan) == ["planned"] * 3
     report = rollback_ends(signed, session_id, "rolled_back", ["compensated"] * 3)
     assert "read back: 1 target as before" in details(report)[0]
@@ -204,7 +204,7 @@ def test_a_change_made_by_someone_else_since_is_not_overwritten(
 ) -> None:
     s3a.put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent")
     s3.put_object(Bucket=bucket, Key="docs/a.txt", Body=b"a person's later edit")
-    report = rollback(signed, session_id)
+    report = signed.rollback(session_id)
     assert statuses(report) == ["conflict"], report
     assert object_state(s3, bucket, "docs/a.txt")["body"] == b"a person's later edit"  # type: ignore[index]
 
@@ -232,7 +232,7 @@ def test_a_wrong_signing_key_never_blocks_the_write(
     up = _proxy(tmp_path / "wrong-key", moto, signing=True, secret="not-the-secret")
     try:
         agent(moto, up, session_id).put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent")
-        report = rollback(up, session_id)
+        report = up.rollback(session_id)
     finally:
         up.stop()
     assert object_state(s3, bucket, "docs/a.txt")["body"] == b"agent"  # type: ignore[index]
@@ -250,7 +250,7 @@ def test_the_signing_secret_is_nowhere(
         s3a = agent(moto, up, session_id)
         s3a.put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent", Metadata={"k": "v"})
         s3a.delete_object(Bucket=bucket, Key="docs/b.json")
-        report = rollback(up, session_id)
+        report = up.rollback(session_id)
         assert report["state"] == "rolled_back", report
         outputs["report"] = str(report)
         outputs["session"] = up.api("GET", f"/api/sessions/{session_id}").text

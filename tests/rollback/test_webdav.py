@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.rollback.helpers import details, rollback, statuses
+from tests.rollback.helpers import details, statuses
 from tests.support.proc import Undoproxy
 from tests.support.webdav import PASSWORD, USER, WebDav
 
@@ -41,9 +41,9 @@ def test_a_file_written_twice_is_restored_and_read_back(
             assert r.status_code in (200, 204), r.text
     assert (dav.root / "docs" / "a.txt").read_bytes() == b"third draft\n"
 
-    plan = rollback(up, session_id, dry_run=True)
+    plan = up.rollback(session_id, dry_run=True)
     assert statuses(plan) == ["planned", "planned"]
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
     assert all("read back: matches the snapshot" in d for d in details(report))
     assert (dav.root / "docs" / "a.txt").read_bytes() == b"first draft\n"
@@ -55,7 +55,7 @@ def test_a_created_file_is_deleted_and_a_deleted_one_comes_back(
     with agent(up, session_id) as s:
         assert s.put(f"{dav.base_url}/docs/new.txt", data=b"made by the agent").status_code == 201
         assert s.delete(f"{dav.base_url}/docs/b.txt").status_code == 204
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
     assert "read back: gone" in details(report)[1]
     assert sorted(p.name for p in (dav.root / "docs").iterdir()) == ["a.txt", "b.txt"]
@@ -67,7 +67,7 @@ def test_deleting_a_folder_is_irreversible_and_no_listing_is_written_back(
 ) -> None:
     with agent(up, session_id) as s:
         assert s.delete(f"{dav.base_url}/docs/").status_code == 204
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
     assert "directory listing" in details(report)[0]
     assert list(dav.root.iterdir()) == []  # no file named "docs" holding an HTML page

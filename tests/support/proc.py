@@ -137,6 +137,19 @@ class Undoproxy:
             method, self.admin_url + path, headers=headers, timeout=30, **kwargs
         )
 
+    def steps(self, session: str) -> list[dict[str, Any]]:
+        """The session's steps, oldest first (GET /api/sessions/{id}; it must answer 200)."""
+        r = self.api("GET", f"/api/sessions/{session}")
+        assert r.status_code == 200, r.text
+        return list(r.json()["steps"])
+
+    def rollback(self, session: str, **body: Any) -> dict[str, Any]:
+        """POST the session's rollback (`body`: force, dry_run) and return its report (it must
+        answer 200)."""
+        r = self.api("POST", f"/api/sessions/{session}/rollback", json=body)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
     def cli_env(self) -> dict[str, str]:
         """Environment for running the CLI against this instance."""
         return {
