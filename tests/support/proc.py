@@ -162,13 +162,21 @@ class Undoproxy:
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         """Run `undoproxy ARGS` against this instance."""
-        return subprocess.run(
-            [sys.executable, "-m", "undoproxy", *args],
-            capture_output=True,
-            text=True,
-            env=env or self.cli_env(),
-            timeout=timeout,
-        )
+        return run_cli(*args, env=env or self.cli_env(), timeout=timeout)
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run `undoproxy ARGS` (python -m undoproxy) to the end; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "undoproxy", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
