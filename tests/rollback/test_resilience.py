@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from tests.conftest import received
-from tests.rollback.helpers import AUTH, details, statuses
+from tests.rollback.helpers import AUTH, details, rollback_ends, statuses
 from tests.support import objects
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -193,8 +193,7 @@ def test_force_targets_the_resource_not_the_version_in_the_query(
         ).raise_for_status()
     store.put("report.txt", "a person's edit", content_type="text/plain")
     assert statuses(up.rollback(session_id)) == ["conflict"]
-    forced = up.rollback(session_id, force=True)
-    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"], force=True)
     assert store.requests("PUT")[-1].path == "/o/report.txt"
     assert store.objects["report.txt"] == before
 

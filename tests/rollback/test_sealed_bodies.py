@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 
-from tests.rollback.helpers import AUTH, details, statuses
+from tests.rollback.helpers import AUTH, details, rollback_ends, statuses
 from tests.support import objects
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -45,8 +45,7 @@ def test_the_snapshot_is_sealed_on_disk_and_restored_after_a_restart(
 
     proxy = Undoproxy(tmp_path / "u").start()  # the same state dir: its key opens the seals
     try:
-        report = proxy.rollback("sealed")
-        assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+        rollback_ends(proxy, "sealed", "rolled_back", ["compensated"])
         assert store.objects["customer.json"].body == original.encode()
     finally:
         proxy.stop()

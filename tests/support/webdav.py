@@ -13,10 +13,18 @@ from typing import Any
 import requests
 from wsgidav.wsgidav_app import WsgiDAVApp
 
+from tests.support.proc import Undoproxy
 from tests.support.servers import TlsWsgiServer
 from undoproxy.compensators import davxml
 
 USER, PASSWORD = "agent", "dav-SECRET-7"
+
+
+def agent(up: Undoproxy, session: str) -> requests.Session:
+    """The agent's requests session through `up`, with the WebDAV user's Basic auth."""
+    s = up.agent(session)
+    s.auth = (USER, PASSWORD)
+    return s
 
 
 class WebDav(TlsWsgiServer):
