@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.proc import Undoproxy
+from tests.support.proc import Undoproxy, run_cli
 from tests.support.servers import ThreadedServer
 
 
@@ -117,12 +116,7 @@ def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_help_lists_every_command() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "undoproxy", "--help"],
-        capture_output=True,
-        text=True,
-        env={**os.environ},
-    ).stdout
+    out = run_cli("--help").stdout
     for command in ("run", "env", "sessions", "show", "commit", "export", "rules"):
         assert command in out
 
@@ -137,12 +131,7 @@ def test_rules_check_lists_every_mistake_with_file_and_line(tmp_path: Path) -> N
         "    acton: deny\n"
         "    compensate: undo-everything\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "undoproxy", "rules", "check", "-c", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_cli("rules", "check", "-c", str(config))
     assert r.returncode == 2
     assert f"{config}:3: " in r.stderr and "FETCH" in r.stderr
     assert f"{config}:5: " in r.stderr and "did you mean 'action'" in r.stderr

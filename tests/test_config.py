@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.proc import run_cli
 from undoproxy.config import SETTINGS, load_config
 from undoproxy.errors import ConfigErrors
 from undoproxy.packs import builtin_names
@@ -88,12 +87,7 @@ def test_all_errors_are_reported_at_once(tmp_path: Path) -> None:
 
 def test_run_refuses_a_bad_config_and_starts_nothing(tmp_path: Path) -> None:
     path = write(tmp_path, "proxy:\n  listen: 127.0.0.1:0\n  mode: fast\n")
-    run = subprocess.run(
-        [sys.executable, "-m", "undoproxy", "run", "-c", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = run_cli("run", "-c", str(path))
     assert run.returncode == 2
     assert f"{path}:3: unknown key 'proxy.mode'" in run.stderr
     assert "Traceback" not in run.stderr

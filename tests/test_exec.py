@@ -15,7 +15,7 @@ from tests.runtimes.conftest import need
 from tests.support import rest, upstream
 from tests.support.certs import server_context
 from tests.support.holding import decide, wait_pending
-from tests.support.proc import Undoproxy
+from tests.support.proc import Undoproxy, run_cli
 from tests.support.servers import ThreadedServer
 
 # The agent: requests (trust_env, as any agent) through HTTPS_PROXY from `undoproxy env`.
@@ -284,8 +284,6 @@ def test_a_closed_session_is_refused(up: Undoproxy, session_id: str) -> None:
 
 
 def test_exec_is_in_help() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "undoproxy", "exec", "--help"], capture_output=True, text=True
-    )
+    done = run_cli("exec", "--help")
     assert done.returncode == 0
     assert "--rollback-on-failure" in done.stdout and "--intent" in done.stdout

@@ -241,12 +241,6 @@ def rest_api(items: rest.RestState, upstream_cert: tuple[Path, Path]) -> Iterato
     server.stop()
 
 
-def _rollback(up: Undoproxy, session_id: str) -> dict[str, Any]:
-    r = up.api("POST", f"/api/sessions/{session_id}/rollback")
-    assert r.status_code == 200, r.text
-    return dict(r.json())
-
-
 def _resolve(up: Undoproxy, step_id: str, body: Any) -> requests.Response:
     return up.api("POST", f"/api/steps/{step_id}/resolve", json=body)
 
@@ -265,7 +259,7 @@ def test_an_irreversible_step_resolved_by_hand_completes_the_rollback_and_is_nev
         # The echo answers name nothing it created: no inverse is known.
         agent.post(f"{tls_upstream.base_url}/notes/{marker}", json={"text": "hi"})
         agent.get(f"{rest_api.base_url}/items/r1").raise_for_status()
-    first = _rollback(proxy, session_id)
+    first = proxy.rollback(session_id)
     assert first["state"] == "rollback_incomplete"
     assert [s["status"] for s in first["steps"]] == ["irreversible", "compensated"]
     patch_step, post_step = (s["id"] for s in reversed(first["steps"]))
@@ -295,7 +289,7 @@ def test_an_irreversible_step_resolved_by_hand_completes_the_rollback_and_is_nev
     assert f"#2 {post_step}: by Ada at " in show and "deleted the note by hand" in show
 
     sent = len(received(tls_upstream))
-    second = _rollback(proxy, session_id)  # nothing is left to do: nothing is sent
+    second = proxy.rollback(session_id)  # nothing is left to do: nothing is sent
     assert second["state"] == "rolled_back"
     assert [(s["status"], s["detail"]) for s in second["steps"]] == [
         ("skipped", "resolved by a person"),
@@ -315,7 +309,7 @@ def test_the_session_is_rolled_back_only_once_every_irreversible_step_is_resolve
     with proxy.agent(session_id) as agent:
         assert agent.request("MKCOL", base + "/a").status_code == 200
         assert agent.request("MKCOL", base + "/b").status_code == 200
-    report = _rollback(proxy, session_id)
+    report = proxy.rollback(session_id)
     assert [s["status"] for s in report["steps"]] == ["irreversible", "irreversible"]
     newest, oldest = (s["id"] for s in report["steps"])
 
@@ -352,7 +346,7 @@ def test_resolve_refuses_a_missing_or_mistyped_reason(
 ) -> None:
     with proxy.agent(session_id) as agent:
         agent.request("MKCOL", f"{tls_upstream.base_url}/dav/{uuid.uuid4().hex}")
-    step = _rollback(proxy, session_id)["steps"][0]
+    step = proxy.rollback(session_id)["steps"][0]
     assert step["status"] == "irreversible"
     r = proxy.api("POST", f"/api/steps/{step['id']}/resolve", json=body)
     assert r.status_code == 400, r.text

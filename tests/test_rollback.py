@@ -8,7 +8,6 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
@@ -46,12 +45,6 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
     instance.stop()
 
 
-def rollback(proxy: Undoproxy, session: str, **body: Any) -> dict[str, Any]:
-    r = proxy.api("POST", f"/api/sessions/{session}/rollback", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
 def test_create_update_patch_delete_rolled_back_to_the_exact_prior_state(
     up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
 ) -> None:
@@ -65,7 +58,7 @@ def test_create_update_patch_delete_rolled_back_to_the_exact_prior_state(
         s.delete(f"{api.base_url}/items/1").raise_for_status()
     assert created["id"] in state.items and "1" not in state.items
 
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     assert report["state"] == "rolled_back"
     assert [st["status"] for st in report["steps"]] == ["compensated"] * 4
     assert [st["method"] for st in report["steps"]] == ["DELETE", "PATCH", "PUT", "POST"]
@@ -80,9 +73,9 @@ def test_a_second_rollback_sends_nothing_twice(
 ) -> None:
     with up.agent(session_id, headers=AUTH) as s:
         s.post(f"{api.base_url}/items", json={"name": "once"}).raise_for_status()
-    assert rollback(up, session_id)["state"] == "rolled_back"
+    assert up.rollback(session_id)["state"] == "rolled_back"
     sent = len(state.log)
-    again = rollback(up, session_id)
+    again = up.rollback(session_id)
     assert again["state"] == "rolled_back"
     assert [(st["status"], st["detail"]) for st in again["steps"]] == [
         ("skipped", "already compensated by an earlier rollback")
@@ -110,13 +103,13 @@ def test_drift_is_a_conflict_and_nothing_is_overwritten_unless_forced(
         headers={"Authorization": f"Bearer {SECRET}"},
     ).raise_for_status()
 
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     [step] = report["steps"]
     assert (report["state"], step["status"]) == ("rollback_incomplete", "conflict")
     assert "changed since this step" in step["detail"]
     assert state.items["1"]["name"] == "by a human"
 
-    forced = rollback(up, session_id, force=True)
+    forced = up.rollback(session_id, force=True)
     assert forced["state"] == "rolled_back"
     assert state.items["1"] == {"id": "1", "name": "Ada", "tier": "gold"}
 
@@ -128,7 +121,7 @@ def test_recreate_a_deleted_record(
     state.put_creates = put_creates
     with up.agent(session_id, headers=AUTH) as s:
         s.delete(f"{api.base_url}/items/2").raise_for_status()
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     [step] = report["steps"]
     if put_creates:
         assert (report["state"], step["status"]) == ("rolled_back", "compensated"), step
@@ -142,7 +135,7 @@ def test_recreate_a_deleted_record(
         assert back["tags"] == ["navy"] and "2" not in state.items
         assert f"/items/{back['id']}" in step["detail"]
         assert state.log.count(("POST", "/items")) == 1
-        again = rollback(up, session_id)  # never posted twice
+        again = up.rollback(session_id)  # never posted twice
         assert again["steps"][0]["status"] == "unverified"
         assert state.log.count(("POST", "/items")) == 1
 
@@ -153,7 +146,7 @@ def test_recreate_conflicts_when_the_record_came_back(
     with up.agent(session_id, headers=AUTH) as s:
         s.delete(f"{api.base_url}/items/2").raise_for_status()
     state.items["2"] = {"id": "2", "name": "someone recreated it"}
-    [step] = rollback(up, session_id)["steps"]
+    [step] = up.rollback(session_id)["steps"]
     assert step["status"] == "conflict"
     assert state.items["2"]["name"] == "someone recreated it"
 
@@ -193,7 +186,7 @@ def test_a_busy_upstream_is_retried_honouring_retry_after(
     with up.agent(session_id, headers=AUTH) as s:
         created = s.post(f"{api.base_url}/items", json={"name": "busy"}).json()["id"]
     state.fail_writes = 2  # the first two DELETEs get 503 with Retry-After: 0
-    [step] = rollback(up, session_id)["steps"]
+    [step] = up.rollback(session_id)["steps"]
     assert step["status"] == "compensated"
     assert "after 3 attempts" in step["detail"]
     assert created not in state.items
@@ -264,11 +257,11 @@ def test_unknown_outcome_is_decided_by_re_reading_the_target(
                 f"{api.base_url}/items/{item}", json={"name": name}, headers={"X-Test-Drop": how}
             )
             assert r.status_code == 502  # the proxy tells the agent the upstream went away
-    steps = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+    steps = up.steps(session_id)
     assert [st["status"] for st in steps] == ["unknown", "unknown"]
     assert state.items["1"]["name"] == "applied, answer lost"
 
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     by_url = {st["url"].rsplit("/", 1)[1]: st for st in report["steps"]}
     assert by_url["1"]["status"] == "compensated"
     assert by_url["2"]["status"] == "skipped" and "did not take effect" in by_url["2"]["detail"]
@@ -280,7 +273,7 @@ def test_an_unidentifiable_creation_is_reported_irreversible(
 ) -> None:
     with up.agent(session_id, headers=AUTH) as s:
         s.post(f"{tls_upstream.base_url}/echo/anything", json={"x": 1}).raise_for_status()
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     [step] = report["steps"]
     assert report["state"] == "rollback_incomplete"
     assert step["status"] == "irreversible"

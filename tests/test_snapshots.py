@@ -11,7 +11,7 @@ from tests.conftest import received
 from tests.support import rest
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
-from tests.test_rollback import AUTH, SECRET, rollback
+from tests.test_rollback import AUTH, SECRET
 
 RULES = {
     "rules": [
@@ -70,7 +70,7 @@ def test_a_failed_snapshot_blocks_the_mutation(
     assert r.status_code == 502
     body = r.json()
     assert body["error"] == "undoproxy_snapshot_failed"
-    [step] = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+    [step] = up.steps(session_id)
     assert body["step"] == step["id"]
     assert "HTTP 503" in body["detail"]
     got = received(tls_upstream)[before:]
@@ -85,7 +85,7 @@ def test_on_snapshot_error_proceed_forwards_and_marks_the_step_irreversible(
         r = s.put(f"{tls_upstream.base_url}/echo/reckless/1", json={"name": "x"})
     assert r.status_code == 200
     assert received(tls_upstream)[-1].method == "PUT"
-    [step] = rollback(up, session_id)["steps"]
+    [step] = up.rollback(session_id)["steps"]
     assert step["status"] == "irreversible"
     assert "on_snapshot_error: proceed" in step["detail"]
 
@@ -97,13 +97,13 @@ def test_explicit_templates_from_the_response_and_the_snapshot(
     with up.agent(session_id, headers=AUTH) as s:
         created = s.post(f"{server.base_url}/items", json={"name": "new"}).json()
         s.patch(f"{server.base_url}/items/7", json={"name": "renamed"}).raise_for_status()
-    shown = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+    shown = up.steps(session_id)
     comps = [(st["compensation"]["method"], st["compensation"]["url"]) for st in shown]
     assert comps == [
         ("DELETE", f"{server.base_url}/items/{created['id']}"),
         ("PATCH", f"{server.base_url}/items/7"),
     ]
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     assert report["state"] == "rolled_back"
     assert state.items == {"7": {"id": "7", "name": "seven"}}
 
@@ -129,7 +129,7 @@ def test_rolling_back_a_session_denies_its_held_requests(
             s.post(f"{server.base_url}/items", json={"name": "made"}).raise_for_status()
             waiting = in_thread(lambda: s.delete(f"{server.base_url}/items/7", timeout=30))
             approval = wait_pending(held_up, session_id)
-            report = rollback(held_up, session_id)
+            report = held_up.rollback(session_id)
             answer = waiting.result(30)
         assert answer.status_code == 403
         assert answer.json()["reason"].startswith("the session is being rolled back")

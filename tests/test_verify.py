@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import rest
-from tests.support.proc import Undoproxy
+from tests.support.proc import Undoproxy, run_cli
 from tests.support.servers import ThreadedServer
 
 SECRET = "sk-verify-SECRET"
@@ -32,12 +31,7 @@ class Journal:
 
 
 def verify(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "undoproxy", "verify", "-c", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli("verify", "-c", str(config), *args)
 
 
 @pytest.fixture(scope="module")

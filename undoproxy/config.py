@@ -16,9 +16,11 @@ from typing import Any
 
 from undoproxy.durations import parse_duration
 from undoproxy.errors import ConfigError, ConfigErrors, Location
+from undoproxy.packs.loading import ALL_PACKS, load_packs
 from undoproxy.rules import RuleSet, parse_rules
+from undoproxy.rules.actions import Problems
 from undoproxy.rules.guards import Guard, RepeatGuard, parse_count, parse_repeat
-from undoproxy.rules.packs import ALL_PACKS
+from undoproxy.rules.parse import parse_rule_files
 from undoproxy.signing import Signers
 from undoproxy.signing_config import parse_signing
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
@@ -360,12 +362,12 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
         )
         packs = []
     try:
-        rules = parse_rules(
+        rules = _rule_set(
             rule_items if isinstance(rule_items, YList | list) else None,
             include_items if isinstance(include_items, YList | list) else None,
+            packs,
             base_dir=base_dir,
             where=where,
-            packs=packs,
             packs_where=loc(doc, "packs"),
         )
     except ConfigErrors as exc:
@@ -418,3 +420,23 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
         signing=signing,
         source=None if where.file == "<defaults>" else where.file,
     )
+
+
+def _rule_set(
+    rules: list[Any] | None,
+    include: list[Any] | None,
+    packs: Any,
+    *,
+    base_dir: Path,
+    where: Location,
+    packs_where: Location,
+) -> RuleSet:
+    """The config's rules, every included file's, then the rules of the packs `packs:` turns
+    on (ALL_PACKS: every built-in pack), in that order. Raises ConfigErrors listing all."""
+    problems = Problems()
+    names: dict[str, Location] = {}  # a rule name is taken once, across all three
+    parsed = parse_rule_files(rules, include, base_dir, where, problems, names)
+    parsed += load_packs(packs, packs_where, problems, names)
+    if problems.errors:
+        raise ConfigErrors(problems.errors)
+    return RuleSet(parsed)

@@ -3,8 +3,6 @@ the admin token has a minimum length; each refused with a clear error, never gue
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +10,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.proc import Undoproxy
+from tests.support.proc import Undoproxy, run_cli
 from undoproxy.admin.errors import ApiError, json_bool, parse_json
 
 TOKEN = "a-sixteen-char-t"
@@ -116,12 +114,7 @@ def test_a_short_admin_token_is_a_config_error_naming_file_and_line(
     tmp_path: Path, command: list[str], token: str
 ) -> None:
     path = _config(tmp_path, token)
-    done = subprocess.run(
-        [sys.executable, "-m", "undoproxy", *command, "-c", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_cli(*command, "-c", str(path))
     assert done.returncode != 0
     assert f"{path}:5: admin.token: must be at least 16 characters" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -10,8 +10,8 @@ import pytest
 
 from tests.compensators.helpers import as_bytes, run, snapshot, step
 from undoproxy.compensators import readback
+from undoproxy.packs.loading import load_builtin
 from undoproxy.rules import RequestView
-from undoproxy.rules.packs import load_builtin
 
 DB = "https://couch.example.test/shop"
 REV = "2-7051cbe5c8faecd085a3fa619e6e6337"

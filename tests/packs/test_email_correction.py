@@ -62,12 +62,6 @@ def _outbox(fake: ThreadedServer) -> list[tuple[str, Any]]:
     return list(fake.app[protocols.OUTBOX])
 
 
-def _rollback(proxy: Undoproxy, session: str) -> dict[str, Any]:
-    r = proxy.api("POST", f"/api/sessions/{session}/rollback")
-    assert r.status_code == 200, r.text
-    return dict(r.json())
-
-
 def _approved(proxy: Undoproxy, session: str, send: Callable[[], Any]) -> Any:
     """Run `send` (the agent) in a thread, approve its held email, return what it got (an SDK
     that raises on an HTTP error gives its exception)."""
@@ -119,7 +113,7 @@ def test_rollback_sends_the_correction_once_through_sendgrid(
     before = _outbox(fake)
     assert before[-1][1]["subject"] == "Quarterly numbers"
 
-    report = _rollback(proxy, session)
+    report = proxy.rollback(session)
     [entry] = report["steps"]
     assert entry["status"] == "irreversible"
     assert "an email cannot be unsent" in entry["detail"]
@@ -133,12 +127,12 @@ def test_rollback_sends_the_correction_once_through_sendgrid(
     assert provider == "sendgrid"
     _the_correction(body)
 
-    again = _rollback(proxy, session)
+    again = proxy.rollback(session)
     [entry] = again["steps"]
     assert entry["status"] == "irreversible"
     assert "by an earlier rollback (HTTP 202); not sent again" in entry["detail"]
     assert len(_outbox(fake)) == len(before) + 1  # at most once
-    [step] = proxy.api("GET", f"/api/sessions/{session}").json()["steps"]
+    [step] = proxy.steps(session)
     assert step["status"] == "irreversible"
 
 
@@ -149,7 +143,7 @@ def test_a_refused_correction_is_failed_and_sent_by_a_later_rollback(
     before = len(_outbox(fake))
     fake.app[protocols.REVOKED].add(KEY)  # the key was rotated after the agent's send
     try:
-        [entry] = _rollback(proxy, session)["steps"]
+        [entry] = proxy.rollback(session)["steps"]
     finally:
         fake.app[protocols.REVOKED].discard(KEY)
     assert entry["status"] == "failed"
@@ -159,7 +153,7 @@ def test_a_refused_correction_is_failed_and_sent_by_a_later_rollback(
     assert len(_outbox(fake)) == before
     assert KEY not in entry["detail"]
 
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "was sent to ana@example.com, bo@example.com" in entry["detail"]
     [(_, body)] = _outbox(fake)[before:]
@@ -173,7 +167,7 @@ def test_a_correction_without_an_answer_is_never_sent_twice(
     before = len(_outbox(fake))
     fake.app[protocols.HANG_UP].append(True)  # delivered, then the connection drops
     try:
-        [entry] = _rollback(proxy, session)["steps"]
+        [entry] = proxy.rollback(session)["steps"]
     finally:
         fake.app[protocols.HANG_UP].clear()
     assert entry["status"] == "unverified"
@@ -181,7 +175,7 @@ def test_a_correction_without_an_answer_is_never_sent_twice(
     assert "it is never sent twice" in entry["detail"]
     assert len(_outbox(fake)) == before + 1
 
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "unverified"
     assert len(_outbox(fake)) == before + 1  # not sent again: the people got it once
 
@@ -204,7 +198,7 @@ def test_rollback_sends_the_correction_through_resend_with_an_idempotency_key(
     assert isinstance(r, requests.Response) and r.status_code == 200, r
     before = len(_outbox(fake))
 
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "was sent to ana@example.com, carl@example.com" in entry["detail"]
     [(provider, body)] = _outbox(fake)[before:]
@@ -216,7 +210,7 @@ def test_rollback_sends_the_correction_through_resend_with_an_idempotency_key(
         "subject": SUBJECT,
         "text": TEXT,
     }
-    [step] = proxy.api("GET", f"/api/sessions/{session}").json()["steps"]
+    [step] = proxy.steps(session)
     assert f"undoproxy-correction-{step['id']}" in fake.app[protocols.IDEMPOTENCY]
 
 
@@ -238,7 +232,7 @@ def test_a_signed_ses_email_gets_no_correction_and_says_so(
         r = _approved(proxy, session, lambda: agent.post(url, json=email, timeout=60))
     assert r.status_code == 200
     before = len(_outbox(fake))
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "failed"
     assert f'the correction "{SUBJECT}" was not sent' in entry["detail"]
     assert "signed request (AWS Signature Version 4)" in entry["detail"]

@@ -68,12 +68,6 @@ def _anthropic(proxy: Undoproxy, fake: ThreadedServer, session: str) -> anthropi
     )
 
 
-def _steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
-    r = proxy.api("GET", f"/api/sessions/{session}")
-    r.raise_for_status()
-    return list(r.json()["steps"])
-
-
 def _release(fake: ThreadedServer, gate: str) -> None:
     requests.post(f"{fake.base_url}/release", params={"gate": gate}, verify=False, timeout=10)
 
@@ -91,7 +85,7 @@ def test_openai_chat_is_a_read_with_model_and_usage(
         model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
     )
     assert answer.choices[0].message.content == "Hello from the fake"
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"], step["status"]) == ("read", "llm/openai-chat", "succeeded")
     assert step["compensation"] is None
     assert step["meta"] == {
@@ -122,7 +116,7 @@ def test_openai_stream_is_live_and_records_the_final_usage(
         "Hello from the fake"
     )
     assert rest[-1].usage is not None and rest[-1].usage.total_tokens == 15
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"], step["action"]) == ("read", "llm/openai-chat", "allow")
     assert step["meta"]["model"] == "gpt-4o-mini-2024-08-06"
     assert step["meta"]["usage"] == {
@@ -143,7 +137,7 @@ def test_a_gzip_compressed_stream_still_records_its_usage(
         extra_headers={"X-Test-Compress": "gzip"},
     )
     assert list(stream)[-1].usage is not None
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert ["Content-Encoding", "gzip"] in step["response"]["headers"]
     assert step["meta"]["usage"] == {
         "prompt_tokens": 11,
@@ -156,7 +150,7 @@ def test_openai_embeddings(proxy: Undoproxy, fake: ThreadedServer, session: str)
     client = _openai(proxy, fake, session)
     result = client.embeddings.create(model="text-embedding-3-small", input="hello")
     assert result.data[0].embedding == [0.1, 0.2, 0.3]
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/openai-embeddings")
     assert step["meta"] == {
         "model": "text-embedding-3-small",
@@ -170,7 +164,7 @@ def test_anthropic_message(proxy: Undoproxy, fake: ThreadedServer, session: str)
         model="claude-sonnet-4-5", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
     )
     assert message.content[0].type == "text"
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/anthropic-messages")
     assert step["meta"] == {
         "model": "claude-sonnet-4-5",
@@ -196,7 +190,7 @@ def test_anthropic_stream_is_live_and_merges_start_and_final_usage(
         final = stream.get_final_message()
     assert text == "Hello from the fake"
     assert final.usage.output_tokens == 4
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/anthropic-messages")
     assert step["meta"] == {
         "model": "claude-haiku-4-5",
@@ -216,7 +210,7 @@ def test_gemini_stream_records_the_last_usage_metadata(
         _release(fake, gate)
         rest = list(lines)
     assert len(rest) == 3
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/gemini-stream")
     assert step["meta"] == {
         "model": "gemini-2.0-flash-001",
@@ -240,7 +234,7 @@ def test_ollama_ndjson_stream_is_live_and_records_counts(
         _release(fake, gate)
         rest = [line for line in lines if line]
     assert b'"done": true' in rest[-1]
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/ollama-chat")
     assert step["meta"] == {
         "model": "llama3.2",
@@ -258,7 +252,7 @@ def test_llm_calls_are_left_alone_by_rollback(
         model="claude-sonnet-4-5", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
     )
     calls = len(fake.app[llm.CALLS])
-    report = proxy.api("POST", f"/api/sessions/{session}/rollback").json()
+    report = proxy.rollback(session)
     assert report["state"] == "rolled_back"
     assert report["steps"] == []  # reads are never part of a rollback report
     assert len(fake.app[llm.CALLS]) == calls  # nothing was sent to the LLM provider

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.support.proc import run_cli
 from undoproxy.config import load_config
 from undoproxy.errors import ConfigErrors
 from undoproxy.packs import BUILTIN_ORDER, builtin_names
+from undoproxy.packs.loading import load_builtin
 from undoproxy.rules import RequestView
-from undoproxy.rules.packs import load_builtin
 
 
 def _config(tmp_path: Path, text: str) -> Path:
@@ -162,21 +161,11 @@ def test_a_config_rule_cannot_take_a_pack_rule_s_name(tmp_path: Path) -> None:
     assert "config.yaml:4" in error
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "undoproxy", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=60,
-    )
-
-
 def test_rules_check_and_explain_name_the_pack_rule(tmp_path: Path) -> None:
     config = _config(tmp_path, "packs: [llm, mcp]\n")
-    checked = _cli("rules", "check", "-c", str(config), cwd=tmp_path)
+    checked = run_cli("rules", "check", "-c", str(config), cwd=tmp_path)
     assert checked.returncode == 0 and "OK" in checked.stdout
-    explained = _cli(
+    explained = run_cli(
         "rules",
         "explain",
         "-c",
@@ -191,7 +180,7 @@ def test_rules_check_and_explain_name_the_pack_rule(tmp_path: Path) -> None:
     assert "Matched: llm/openai-chat" in explained.stdout
     assert "compensation:  none needed (a read)" in explained.stdout
     # The packs' rules for other hosts are folded into one line, not listed one by one.
-    other = _cli(
+    other = run_cli(
         "rules",
         "explain",
         "-c",
@@ -204,7 +193,7 @@ def test_rules_check_and_explain_name_the_pack_rule(tmp_path: Path) -> None:
     assert "llm/anthropic-messages" not in other.stdout
     assert "mcp/tool-call" in other.stdout  # any host: it says why it does not match
     bad = _config(tmp_path, "packs: [nope]\n")
-    failed = _cli("rules", "check", "-c", str(bad), cwd=tmp_path)
+    failed = run_cli("rules", "check", "-c", str(bad), cwd=tmp_path)
     assert failed.returncode == 2 and "config.yaml:1: unknown pack 'nope'" in failed.stderr
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nio
 import pytest
+import requests
 
 from tests.support.ci import skip_or_fail
 from tests.support.proc import Undoproxy
@@ -56,8 +58,33 @@ def session() -> str:
     return f"mx-{uuid.uuid4().hex[:10]}"
 
 
+@dataclass(frozen=True)
+class Room:
+    """The test's room, read and written by its members on Synapse itself (not the proxy)."""
+
+    synapse: Synapse
+    users: dict[str, str]
+    id: str
+
+    def direct(self, user: str, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """`user` calls the room's `path` (under /rooms/ID) on Synapse, without the proxy."""
+        token = self.users[user]
+        return self.synapse.direct(token, method, f"/rooms/{room(self.id)}{path}", **kwargs)
+
+    def event(self, event_id: str) -> dict[str, Any]:
+        """An event as carol sees it."""
+        r = self.direct("carol", "GET", f"/event/{room(event_id)}")
+        r.raise_for_status()
+        return dict(r.json())
+
+    def topic(self) -> Any:
+        """The topic as carol reads it (the HTTP status when she cannot)."""
+        r = self.direct("carol", "GET", "/state/m.room.topic/")
+        return r.json() if r.ok else r.status_code
+
+
 @pytest.fixture
-def room_id(synapse: Synapse, users: dict[str, str]) -> str:
+def chat(synapse: Synapse, users: dict[str, str]) -> Room:
     """A room the agent and carol are in, with a topic, made without the proxy."""
     r = synapse.direct(
         users["agent"],
@@ -66,9 +93,9 @@ def room_id(synapse: Synapse, users: dict[str, str]) -> str:
         json={"preset": "public_chat", "topic": "Quarterly planning", "name": "plans"},
     )
     r.raise_for_status()
-    rid = str(r.json()["room_id"])
-    synapse.direct(users["carol"], "POST", f"/rooms/{room(rid)}/join", json={}).raise_for_status()
-    return rid
+    made = Room(synapse, users, str(r.json()["room_id"]))
+    made.direct("carol", "POST", "/join", json={}).raise_for_status()
+    return made
 
 
 @pytest.fixture
@@ -82,50 +109,24 @@ async def agent(
     await client.close()
 
 
-def _rollback(proxy: Undoproxy, session: str) -> dict[str, Any]:
-    r = proxy.api("POST", f"/api/sessions/{session}/rollback")
-    assert r.status_code == 200, r.text
-    return dict(r.json())
-
-
-def _event(synapse: Synapse, token: str, room_id: str, event_id: str) -> dict[str, Any]:
-    r = synapse.direct(token, "GET", f"/rooms/{room(room_id)}/event/{room(event_id)}")
-    r.raise_for_status()
-    return dict(r.json())
-
-
-def _topic(synapse: Synapse, token: str, room_id: str) -> Any:
-    r = synapse.direct(token, "GET", f"/rooms/{room(room_id)}/state/m.room.topic/")
-    return r.json() if r.ok else r.status_code
-
-
-def _steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
-    return list(proxy.api("GET", f"/api/sessions/{session}").json()["steps"])
-
-
 async def test_a_message_sent_is_redacted_on_rollback(
-    synapse: Synapse,
-    proxy: Undoproxy,
-    users: dict[str, str],
-    room_id: str,
-    session: str,
-    agent: nio.AsyncClient,
+    proxy: Undoproxy, chat: Room, session: str, agent: nio.AsyncClient
 ) -> None:
     content = {"msgtype": "m.text", "body": "the launch is moved to Friday"}
-    sent = await agent.room_send(room_id, "m.room.message", content)
+    sent = await agent.room_send(chat.id, "m.room.message", content)
     assert isinstance(sent, nio.RoomSendResponse), sent
     event_id = sent.event_id
-    assert _event(synapse, users["carol"], room_id, event_id)["content"] == content
-    [step] = _steps(proxy, session)
+    assert chat.event(event_id)["content"] == content
+    [step] = proxy.steps(session)
     assert (step["rule"], step["kind"], step["status"]) == ("matrix/send", "mutation", "succeeded")
     assert step["meta"] == {"event_type": "m.room.message", "event_id": event_id}
-    assert users["agent"] not in str(step)  # nio puts the token in the query: never in clear
+    assert chat.users["agent"] not in str(step)  # nio puts the token in the query: never in clear
 
-    report = _rollback(proxy, session)
+    report = proxy.rollback(session)
     [entry] = report["steps"]
     assert entry["status"] == "compensated", entry
     assert report["state"] == "rolled_back"
-    seen = _event(synapse, users["carol"], room_id, event_id)
+    seen = chat.event(event_id)
     assert seen["content"] == {}
     redaction = seen["unsigned"]["redacted_because"]
     assert redaction["type"] == "m.room.redaction"
@@ -133,108 +134,78 @@ async def test_a_message_sent_is_redacted_on_rollback(
 
     # The redaction's transaction id is derived from the event: sent again (a retry after a
     # lost answer), Synapse answers with the same redaction and redacts nothing twice.
-    again = synapse.direct(
-        users["agent"],
-        "PUT",
-        f"/rooms/{room(room_id)}/redact/{room(event_id)}/{txn_for(event_id)}",
-        json={"reason": "retry"},
+    again = chat.direct(
+        "agent", "PUT", f"/redact/{room(event_id)}/{txn_for(event_id)}", json={"reason": "retry"}
     )
     assert again.json()["event_id"] == redaction["event_id"]
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "skipped"
 
 
 async def test_a_state_event_is_put_back_to_its_prior_content(
-    synapse: Synapse,
-    proxy: Undoproxy,
-    users: dict[str, str],
-    room_id: str,
-    session: str,
-    agent: nio.AsyncClient,
+    proxy: Undoproxy, chat: Room, session: str, agent: nio.AsyncClient
 ) -> None:
-    before = _topic(synapse, users["carol"], room_id)
+    before = chat.topic()
     assert before["topic"] == "Quarterly planning"  # (with Synapse's m.topic beside it)
-    put = await agent.room_put_state(room_id, "m.room.topic", {"topic": "Layoffs"})
+    put = await agent.room_put_state(chat.id, "m.room.topic", {"topic": "Layoffs"})
     assert isinstance(put, nio.RoomPutStateResponse), put
-    assert _topic(synapse, users["carol"], room_id) == {"topic": "Layoffs"}
-    [step] = _steps(proxy, session)
+    assert chat.topic() == {"topic": "Layoffs"}
+    [step] = proxy.steps(session)
     assert step["rule"] in ("matrix/state", "matrix/state-empty-key")
 
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "compensated", entry
-    assert _topic(synapse, users["carol"], room_id) == before
+    assert chat.topic() == before
 
 
 async def test_state_that_did_not_exist_before_is_irreversible_and_left(
-    synapse: Synapse,
-    proxy: Undoproxy,
-    users: dict[str, str],
-    room_id: str,
-    session: str,
-    agent: nio.AsyncClient,
+    proxy: Undoproxy, chat: Room, session: str, agent: nio.AsyncClient
 ) -> None:
-    put = await agent.room_put_state(room_id, "org.example.flag", {"on": True}, state_key="x")
+    put = await agent.room_put_state(chat.id, "org.example.flag", {"on": True}, state_key="x")
     assert isinstance(put, nio.RoomPutStateResponse), put
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "Matrix cannot remove a state event" in entry["detail"]
-    r = synapse.direct(users["carol"], "GET", f"/rooms/{room(room_id)}/state/org.example.flag/x")
+    r = chat.direct("carol", "GET", "/state/org.example.flag/x")
     assert r.json() == {"on": True}
 
 
 async def test_a_state_changed_by_someone_else_since_is_a_conflict_not_overwritten(
-    synapse: Synapse,
-    proxy: Undoproxy,
-    users: dict[str, str],
-    room_id: str,
-    session: str,
-    agent: nio.AsyncClient,
+    proxy: Undoproxy, chat: Room, session: str, agent: nio.AsyncClient
 ) -> None:
-    power = synapse.direct(
-        users["agent"], "GET", f"/rooms/{room(room_id)}/state/m.room.power_levels/"
-    ).json()
+    power = chat.direct("agent", "GET", "/state/m.room.power_levels/").json()
     power["users"]["@carol:localhost"] = 100  # carol may set the topic too
-    synapse.direct(
-        users["agent"], "PUT", f"/rooms/{room(room_id)}/state/m.room.power_levels/", json=power
-    ).raise_for_status()
-    put = await agent.room_put_state(room_id, "m.room.topic", {"topic": "Layoffs"})
+    chat.direct("agent", "PUT", "/state/m.room.power_levels/", json=power).raise_for_status()
+    put = await agent.room_put_state(chat.id, "m.room.topic", {"topic": "Layoffs"})
     assert isinstance(put, nio.RoomPutStateResponse), put
-    synapse.direct(
-        users["carol"],
-        "PUT",
-        f"/rooms/{room(room_id)}/state/m.room.topic/",
-        json={"topic": "Carol's topic"},
+    chat.direct(
+        "carol", "PUT", "/state/m.room.topic/", json={"topic": "Carol's topic"}
     ).raise_for_status()
 
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "conflict", entry
-    assert _topic(synapse, users["carol"], room_id) == {"topic": "Carol's topic"}
+    assert chat.topic() == {"topic": "Carol's topic"}
 
 
 async def test_the_agent_s_own_redaction_is_irreversible(
-    synapse: Synapse,
-    proxy: Undoproxy,
-    users: dict[str, str],
-    room_id: str,
-    session: str,
-    agent: nio.AsyncClient,
+    proxy: Undoproxy, chat: Room, session: str, agent: nio.AsyncClient
 ) -> None:
-    r = synapse.direct(
-        users["carol"],
+    r = chat.direct(
+        "carol",
         "PUT",
-        f"/rooms/{room(room_id)}/send/m.room.message/t-{uuid.uuid4().hex}",
+        f"/send/m.room.message/t-{uuid.uuid4().hex}",
         json={"msgtype": "m.text", "body": "hello"},
     )
     event_id = r.json()["event_id"]
-    done = await agent.room_redact(room_id, event_id, reason="spam")
+    done = await agent.room_redact(chat.id, event_id, reason="spam")
     assert isinstance(done, nio.RoomRedactResponse), done
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "a redaction cannot be undone" in entry["detail"]
 
 
 def test_the_pack_file_is_shipped(tmp_path: Path) -> None:
-    from undoproxy.rules.packs import load_builtin
+    from undoproxy.packs.loading import load_builtin
 
     names = [r.name for r in load_builtin("matrix").rules]
     assert "matrix/send" in names and "matrix/state" in names

@@ -8,7 +8,7 @@ import pytest
 
 from undoproxy.config import load_config
 from undoproxy.packs import builtin_names
-from undoproxy.rules.packs import load_builtin
+from undoproxy.packs.loading import load_builtin
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "packs.md").read_text(encoding="utf-8")
 

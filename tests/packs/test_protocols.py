@@ -8,10 +8,9 @@ comes straight back was recognised by its pack; a mutation a pack recognises is 
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -55,16 +54,6 @@ def session() -> str:
     return f"proto-{uuid.uuid4().hex[:10]}"
 
 
-def _steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
-    r = proxy.api("GET", f"/api/sessions/{session}")
-    r.raise_for_status()
-    return list(r.json()["steps"])
-
-
-def _rollback(proxy: Undoproxy, session: str) -> dict[str, Any]:
-    return dict(proxy.api("POST", f"/api/sessions/{session}/rollback").json())
-
-
 FRAGMENT_FIRST = """
 # the agent's saved query
 fragment who on User { login name(format: "{not a brace}") }
@@ -88,10 +77,10 @@ def test_graphql_queries_are_reads(
     with proxy.agent(session) as s:
         r = s.post(f"{fake.base_url}/graphql", json=body, timeout=30)
     assert r.status_code == 200
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"], step["status"]) == ("read", "graphql/query", "succeeded")
     assert step["meta"].get("operation") == operation
-    assert _rollback(proxy, session)["steps"] == []
+    assert proxy.rollback(session)["steps"] == []
 
 
 def test_a_graphql_mutation_is_an_irreversible_mutation(
@@ -105,14 +94,14 @@ def test_a_graphql_mutation_is_an_irreversible_mutation(
             lambda: s.post(f"{fake.base_url}/api/graphql", json={"query": query}, timeout=60),
         )
     assert r.json() == {"data": {"ran": "anonymous"}}
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"], step["status"]) == (
         "mutation",
         "graphql/mutation",
         "succeeded",
     )
     assert step["meta"] == {"operation": "CreateIssue", "operation_type": "mutation"}
-    report = _rollback(proxy, session)
+    report = proxy.rollback(session)
     [entry] = report["steps"]
     assert entry["status"] == "irreversible"
     assert "GraphQL mutation has no generic inverse" in entry["detail"]
@@ -155,7 +144,7 @@ def test_mcp_listing_and_reading_are_reads(
     with proxy.agent(session) as s:
         r = s.post(f"{fake.base_url}/mcp", json=body, timeout=30)
     assert r.status_code in (200, 202)
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert step["kind"] == "read"
     assert step["rule"] in ("mcp/read", "mcp/notification")
     assert step["meta"] == {"method": body["method"]}
@@ -170,10 +159,10 @@ def test_an_mcp_tool_call_is_an_irreversible_mutation_naming_the_tool(
             proxy, session, lambda: s.post(f"{fake.base_url}/mcp", json=call, timeout=60)
         )
     assert r.json()["result"]["isError"] is False
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("mutation", "mcp/tool-call")
     assert step["meta"] == {"method": "tools/call", "tool": "delete_file"}
-    [entry] = _rollback(proxy, session)["steps"]
+    [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "tool: delete_file" in entry["detail"]
 
@@ -195,11 +184,12 @@ def test_search_posts_are_reads(
     with proxy.agent(session) as s:
         r = s.post(f"{fake.base_url}{path}", json={"query": {"match_all": {}}}, timeout=30)
     assert r.status_code == 200
-    [step] = _steps(proxy, session)
+    [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", rule)
 
 
-def _send_email(proxy: Undoproxy, fake: ThreadedServer, session: str, out: dict[str, Any]) -> None:
+def _send_email(fake: ThreadedServer) -> Any:
+    """Send an email with SendGrid's SDK; its HTTP status (or what it raised instead)."""
     client = sendgrid.SendGridAPIClient(api_key="SG.test", host=fake.base_url)
     message = Mail(
         from_email="agent@example.com",
@@ -208,46 +198,38 @@ def _send_email(proxy: Undoproxy, fake: ThreadedServer, session: str, out: dict[
         plain_text_content="see attached",
     )
     try:
-        out["status"] = client.send(message).status_code
+        return client.send(message).status_code
     except Exception as exc:  # python-http-client raises HTTPError subclasses with .status_code
-        out["status"] = getattr(exc, "status_code", repr(exc))
+        return getattr(exc, "status_code", repr(exc))
 
 
 def _held_email(
     proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
-) -> tuple[threading.Thread, dict[str, Any], dict[str, Any]]:
+) -> tuple[Future[Any], dict[str, Any]]:
+    """The agent sending an email in a thread (its future status), and the approval holding it."""
     # SendGrid's client is urllib underneath: it reads the proxy and CA from the environment.
     monkeypatch.setenv("HTTPS_PROXY", proxy.proxy_url(session))
     monkeypatch.setenv("SSL_CERT_FILE", proxy.ca_bundle)
     for name in ("NO_PROXY", "no_proxy", "https_proxy"):
         monkeypatch.delenv(name, raising=False)
-    out: dict[str, Any] = {}
-    agent = threading.Thread(target=_send_email, args=(proxy, fake, session, out), daemon=True)
-    agent.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        held = proxy.api("GET", f"/api/approvals?state=pending&session={session}").json()
-        if held["approvals"]:
-            return agent, out, held["approvals"][0]
-        time.sleep(0.05)
-    raise AssertionError("the email was not held")
+    status = in_thread(lambda: _send_email(fake))
+    return status, wait_pending(proxy, session, timeout=30)
 
 
 def test_an_email_is_held_then_irreversible_naming_recipients_and_subject(
     proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent, out, approval = _held_email(proxy, fake, session, monkeypatch)
+    status, approval = _held_email(proxy, fake, session, monkeypatch)
     assert approval["rule"] == "email/sendgrid"
-    proxy.api("POST", f"/api/approvals/{approval['id']}/approve", json={})
-    agent.join(30)
-    assert out == {"status": 202}
-    [step] = _steps(proxy, session)
+    assert decide(proxy, approval["id"], "approve").status_code == 200
+    assert status.result(30) == 202
+    [step] = proxy.steps(session)
     assert (step["kind"], step["risk"], step["status"]) == ("mutation", "high", "succeeded")
     assert step["meta"] == {
         "to": ["ana@example.com", "bo@example.com"],
         "subject": "Quarterly numbers",
     }
-    report = _rollback(proxy, session)
+    report = proxy.rollback(session)
     [entry] = report["steps"]
     assert entry["status"] == "irreversible"
     assert "an email cannot be unsent" in entry["detail"]
@@ -260,8 +242,7 @@ def test_a_denied_email_is_never_sent(
     proxy: Undoproxy, fake: ThreadedServer, session: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = len(fake.app[protocols.RECEIVED])
-    agent, out, approval = _held_email(proxy, fake, session, monkeypatch)
-    proxy.api("POST", f"/api/approvals/{approval['id']}/deny", json={"reason": "no"})
-    agent.join(30)
-    assert out == {"status": 403}
+    status, approval = _held_email(proxy, fake, session, monkeypatch)
+    assert decide(proxy, approval["id"], "deny", reason="no").status_code == 200
+    assert status.result(30) == 403
     assert len(fake.app[protocols.RECEIVED]) == before

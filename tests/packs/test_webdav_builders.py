@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from undoproxy.compensators import davcheck, davxml, webdav
+from undoproxy.compensators import davcheck, davmove, davxml, webdav
 from undoproxy.compensators.build import prepare
 from undoproxy.compensators.model import Facts, Irreversible, NothingToUndo, Plan, Snapshot
 
@@ -50,7 +50,7 @@ def answered(f: Facts, status: int, headers: dict[str, str] | None = None) -> Fa
 
 def test_a_move_reads_source_and_destination_and_moves_back_without_overwriting() -> None:
     f = facts("MOVE", "/docs/a.txt", destination="/docs/b.txt")
-    assert [(r.name, r.method, r.url, r.headers.get("Depth")) for r in webdav.move_reads(f)] == [
+    assert [(r.name, r.method, r.url, r.headers.get("Depth")) for r in davmove.move_reads(f)] == [
         ("source", "PROPFIND", f"{BASE}/docs/a.txt", "1"),
         ("source_body", "GET", f"{BASE}/docs/a.txt", None),
         ("dest", "PROPFIND", f"{BASE}/docs/b.txt", "0"),
@@ -62,7 +62,7 @@ def test_a_move_reads_source_and_destination_and_moves_back_without_overwriting(
         "dest": found("/docs/b.txt", FILE, 404),
         "dest_body": Snapshot(f"{BASE}/docs/b.txt", 404),
     }
-    out = webdav.move_back(answered(f, 201))
+    out = davmove.move_back(answered(f, 201))
     assert (out["method"], out["url"]) == ("MOVE", f"{BASE}/docs/b.txt")
     assert out["headers"] == {
         "Destination": f"{BASE}/docs/a.txt",
@@ -84,7 +84,7 @@ def test_a_move_over_a_file_puts_that_file_and_its_properties_back_afterwards() 
         "dest": found("/docs/b.txt", FILE + RED),
         "dest_body": Snapshot(f"{BASE}/docs/b.txt", 200, b"B", content_type="text/plain"),
     }
-    out = webdav.move_back(answered(f, 204))
+    out = davmove.move_back(answered(f, 204))
     put, proppatch = out["then"]
     assert (put["method"], put["content_type"]) == ("PUT", "text/plain")
     assert proppatch["method"] == "PROPPATCH"
@@ -106,9 +106,9 @@ def webdav_body(request: dict[str, Any]) -> bytes:
 )
 def test_a_move_it_cannot_undo_says_why(destination: str, why: str) -> None:
     f = facts("MOVE", "/docs/a.txt", **({"destination": destination} if destination else {}))
-    assert webdav.move_reads(f) == []  # nothing is read there, credentials stay home
+    assert davmove.move_reads(f) == []  # nothing is read there, credentials stay home
     with pytest.raises(Irreversible, match=why):
-        webdav.move_back(answered(f, 201))
+        davmove.move_back(answered(f, 201))
 
 
 @pytest.mark.parametrize("method", ["MOVE", "COPY"])
@@ -120,7 +120,7 @@ def test_a_move_or_copy_over_a_collection_is_irreversible(method: str) -> None:
         "dest": found("/other/", FOLDER),
         "dest_body": Snapshot(f"{BASE}/other/", 200, b"<html>listing</html>"),
     }
-    build = webdav.move_back if method == "MOVE" else webdav.undo_copy
+    build = davmove.move_back if method == "MOVE" else davmove.undo_copy
     with pytest.raises(Irreversible, match="replaced the collection"):
         build(answered(f, 204))
 
@@ -132,7 +132,7 @@ def test_a_copy_over_a_file_removes_the_properties_the_copy_brought() -> None:
         "dest": found("/docs/b.txt", FILE + "<T:color>green</T:color>"),
         "dest_body": Snapshot(f"{BASE}/docs/b.txt", 200, b"B"),
     }
-    out = webdav.undo_copy(answered(f, 204))
+    out = davmove.undo_copy(answered(f, 204))
     assert out["method"] == "PUT"
     sets, removes = davxml.proppatch_names(webdav_body(out["then"][0]))
     assert list(sets) == ["{urn:t}color"] and "green" in sets["{urn:t}color"]

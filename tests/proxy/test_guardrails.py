@@ -5,8 +5,6 @@ Each test checks what reached the upstream (its own record) and what the agent w
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -18,7 +16,7 @@ import pytest
 
 from tests.conftest import received
 from tests.support.holding import decide, in_thread, wait_pending
-from tests.support.proc import Undoproxy
+from tests.support.proc import Undoproxy, run_cli
 from tests.support.servers import ThreadedServer
 
 
@@ -179,12 +177,7 @@ def test_hold_at_holds_allowed_requests_of_high_risk_rules(
 def _explain(tmp_path: Path, config: str, *args: str) -> str:
     path = tmp_path / "config.yaml"
     path.write_text(config)
-    run = subprocess.run(
-        [sys.executable, "-m", "undoproxy", "rules", "explain", *args, "-c", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = run_cli("rules", "explain", *args, "-c", str(path))
     assert run.returncode == 0, run.stderr
     return run.stdout
 
@@ -227,12 +220,7 @@ def test_rules_explain_shows_hold_irreversible_and_hold_at(tmp_path: Path) -> No
 def test_guard_config_errors_name_file_and_line(tmp_path: Path, config: str, error: str) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(config)
-    run = subprocess.run(
-        [sys.executable, "-m", "undoproxy", "rules", "check", "-c", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = run_cli("rules", "check", "-c", str(path))
     assert run.returncode != 0
     assert error in run.stderr + run.stdout
 

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import received
-from tests.proxy.test_traffic import steps
 from tests.support.holding import decide, in_thread, wait_pending
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -42,7 +41,7 @@ def test_defaults_deny_refuses_every_method_that_is_not_a_read(
     assert r.status_code == 403
     assert r.json()["error"] == "undoproxy_blocked"
     assert [x for x in received(tls_upstream) if x.path == marker] == []
-    [step] = steps(denying, session_id)
+    [step] = denying.steps(session_id)
     assert step["method"] == method and step["status"] == "denied"
 
 
@@ -88,9 +87,9 @@ def test_an_unknown_method_is_journaled_as_an_irreversible_mutation(
     marker = f"/dav/{uuid.uuid4().hex}"
     with proxy.agent(session_id) as agent:
         assert agent.request("MKCOL", tls_upstream.base_url + marker).status_code == 200
-    [step] = steps(proxy, session_id)
+    [step] = proxy.steps(session_id)
     assert step["status"] == "succeeded"
-    report = proxy.api("POST", f"/api/sessions/{session_id}/rollback").json()
+    report = proxy.rollback(session_id)
     # Nothing can undo it: the session must not claim it was rolled back.
     assert report["state"] == "rollback_incomplete"
     [result] = report["steps"]
@@ -104,7 +103,7 @@ def test_a_rolled_back_session_takes_no_more_mutations(
     marker = f"/closed/{uuid.uuid4().hex}"
     with proxy.agent(session_id) as agent:
         assert agent.get(tls_upstream.base_url + marker).status_code == 200
-        report = proxy.api("POST", f"/api/sessions/{session_id}/rollback").json()
+        report = proxy.rollback(session_id)
         assert report["state"] == "rolled_back"
         refused = agent.put(tls_upstream.base_url + marker, json={"late": True})
         read = agent.get(tls_upstream.base_url + marker)
@@ -143,7 +142,7 @@ def test_a_signed_request_is_forwarded_as_irreversible_without_a_snapshot(
     assert r.status_code == 200
     # No snapshot GET replayed the PUT's signature: only the PUT itself arrived.
     assert [x.method for x in received(tls_upstream) if x.path == marker] == ["PUT"]
-    report = proxy.api("POST", f"/api/sessions/{session_id}/rollback").json()
+    report = proxy.rollback(session_id)
     [result] = report["steps"]
     assert result["status"] == "irreversible"
     assert "AWS Signature Version 4" in result["detail"]
@@ -241,9 +240,9 @@ def test_a_rule_decides_the_kind_whatever_the_method(
         assert [x.path.split("/")[1] for x in received(tls_upstream) if marker in x.path] == [
             "search"
         ]
-        shown = instance.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+        shown = instance.steps(session_id)
         assert [(s["method"], s["kind"]) for s in shown] == [("POST", "read"), ("GET", "mutation")]
-        report = instance.api("POST", f"/api/sessions/{session_id}/rollback").json()
+        report = instance.rollback(session_id)
         # The read is never part of a rollback; the denied GET was never forwarded.
         assert [s["status"] for s in report["steps"]] == ["skipped"]
     finally:
@@ -259,7 +258,7 @@ def test_the_intent_header_is_kept_with_the_step_and_never_forwarded(
         assert agent.post(f"{tls_upstream.base_url}/tickets/{marker}", json={}).ok
     [got] = [x for x in received(tls_upstream) if marker in x.path]
     assert not any(name.lower() == "x-undoproxy-intent" for name in got.headers)
-    [step] = steps(proxy, session_id)
+    [step] = proxy.steps(session_id)
     assert step["intent"] == why
     shown = proxy.cli("show", session_id)
     assert f"#1: {why}" in shown.stdout

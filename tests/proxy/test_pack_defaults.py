@@ -4,14 +4,12 @@ denies every mutation is not overridden by a pack that matches any host)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 from tests.conftest import received
 from tests.support.holding import decide, in_thread, wait_pending
-from tests.support.proc import Undoproxy
+from tests.support.proc import Undoproxy, run_cli
 from tests.support.servers import ThreadedServer
 
 MUTATION = {"query": "mutation { addStar(id: 1) { id } }"}
@@ -43,12 +41,7 @@ def test_rules_explain_and_packs_say_defaults_decide(tmp_path: Path) -> None:
     config.write_text("defaults: {mutations: deny}\n")
 
     def cli(*args: str) -> str:
-        run = subprocess.run(
-            [sys.executable, "-m", "undoproxy", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        run = run_cli(*args)
         assert run.returncode == 0, run.stderr
         return run.stdout
 

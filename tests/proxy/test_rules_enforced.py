@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import received
-from tests.proxy.test_traffic import steps
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -60,7 +59,7 @@ def test_deny_is_answered_403_and_nothing_reaches_the_upstream(
         "reason": "agents may not delete customers",
     }
     assert [x for x in received(upstream) if marker in x.path] == []
-    [step] = steps(ruled, session_id)
+    [step] = ruled.steps(session_id)
     assert (step["status"], step["rule"], step["risk"]) == (
         "denied",
         "no-deleting-customers",
@@ -79,7 +78,7 @@ def test_allow_passes_and_the_journal_names_the_rule(
     assert r.status_code == 200
     [order] = [x for x in received(tls_upstream) if shop in x.path]  # arrived, exactly once
     assert (order.method, json.loads(order.body)) == ("POST", {"amount": 40})
-    [step] = steps(ruled, session_id)
+    [step] = ruled.steps(session_id)
     assert (step["status"], step["rule"], step["action"]) == ("succeeded", "create-orders", "allow")
     assert step["captures"] == {"shop": shop}
 

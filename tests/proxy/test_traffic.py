@@ -16,12 +16,6 @@ from tests.support.servers import ThreadedServer
 STRIPPED = {"proxy-authorization", "proxy-connection", "x-undoproxy-session"}
 
 
-def steps(proxy: Undoproxy, session: str) -> list[dict[str, object]]:
-    response = proxy.api("GET", f"/api/sessions/{session}")
-    assert response.status_code == 200, response.text
-    return response.json()["steps"]
-
-
 def test_curl_over_tls_is_attributed_to_its_session(
     proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
@@ -45,7 +39,7 @@ def test_curl_over_tls_is_attributed_to_its_session(
     echoed = json.loads(result.stdout)
     assert echoed["path"] == "/echo/curl"
     assert not STRIPPED & {h.lower() for h in echoed["headers"]}
-    [step] = steps(proxy, session_id)
+    [step] = proxy.steps(session_id)
     assert step["method"] == "GET"
     assert step["url"] == f"{tls_upstream.base_url}/echo/curl?x=1"
     assert step["status"] == "succeeded" and step["response_status"] == 200
@@ -63,7 +57,7 @@ def test_requests_over_plain_http_strips_identifying_headers(
     assert r.status_code == 200
     seen = {h.lower() for h in r.json()["headers"]}
     assert not STRIPPED & seen, seen
-    [step] = steps(proxy, session_id)  # credentials win over the header
+    [step] = proxy.steps(session_id)  # credentials win over the header
     assert step["method"] == "POST" and step["status"] == "succeeded"
 
 
@@ -74,7 +68,7 @@ def test_every_request_inside_a_tunnel_belongs_to_the_connect_session(
         for i in range(3):
             assert s.get(f"{tls_upstream.base_url}/echo/{i}").status_code == 200
         assert s.delete(f"{tls_upstream.base_url}/echo/gone").status_code == 200
-    got = steps(proxy, session_id)
+    got = proxy.steps(session_id)
     assert [st["seq"] for st in got] == [1, 2, 3, 4]
     assert [st["method"] for st in got] == ["GET", "GET", "GET", "DELETE"]
 
@@ -87,8 +81,8 @@ def test_session_header_and_default_session(
         r = s.get(f"{plain_upstream.base_url}/echo/h", headers={"X-Undoproxy-Session": session_id})
         assert "x-undoproxy-session" not in {h.lower() for h in r.json()["headers"]}
         s.get(f"{plain_upstream.base_url}/echo/{marker}")
-    assert [st["url"].rsplit("/", 1)[1] for st in steps(proxy, session_id)] == ["h"]
-    assert any(st["url"].endswith(marker) for st in steps(proxy, "default"))
+    assert [st["url"].rsplit("/", 1)[1] for st in proxy.steps(session_id)] == ["h"]
+    assert any(st["url"].endswith(marker) for st in proxy.steps("default"))
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +147,6 @@ def test_a_large_response_is_streamed_not_buffered(
         r = s.get(f"{plain_upstream.base_url}/big?size={size}", stream=True)
         total = sum(len(chunk) for chunk in r.iter_content(65536))
     assert total == size
-    [step] = steps(proxy, session_id)
+    [step] = proxy.steps(session_id)
     assert step["status"] == "succeeded"
     assert step["error"] == "response streamed to the agent; body not journaled"

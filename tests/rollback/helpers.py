@@ -1,4 +1,5 @@
-"""What the rollback tests share: the store's credentials and the rollback call."""
+"""What the rollback tests share: the store's credentials and reading a rollback's report
+(the rollback itself: `Undoproxy.rollback`)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,6 @@ TOKEN = "sk-store-SECRET-42"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def rollback(proxy: Undoproxy, session: str, **body: Any) -> dict[str, Any]:
-    """POST the rollback and return its report (it must answer 200)."""
-    r = proxy.api("POST", f"/api/sessions/{session}/rollback", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
 def statuses(report: dict[str, Any]) -> list[str]:
     """The report's step statuses, newest step first."""
     return [s["status"] for s in report["steps"]]
@@ -25,3 +19,13 @@ def statuses(report: dict[str, Any]) -> list[str]:
 def details(report: dict[str, Any]) -> list[str]:
     """The report's step details, newest step first."""
     return [s["detail"] for s in report["steps"]]
+
+
+def rollback_ends(
+    proxy: Undoproxy, session: str, state: str, step_statuses: list[str], **body: Any
+) -> dict[str, Any]:
+    """POST the rollback, assert the state it ends in and each step's status (newest first),
+    and return its report."""
+    report = proxy.rollback(session, **body)
+    assert (report["state"], statuses(report)) == (state, step_statuses), report
+    return report

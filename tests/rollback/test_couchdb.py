@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.rollback.helpers import details, rollback, statuses
+from tests.rollback.helpers import details, rollback_ends, statuses
 from tests.support.couchdb import AGENT, Couch
 from tests.support.proc import Undoproxy
 
@@ -53,6 +53,12 @@ def db(couch: Couch) -> str:
     return name
 
 
+@pytest.fixture
+def url(couch: Couch, db: str) -> str:
+    """The test's database."""
+    return f"{couch.base_url}/{db}"
+
+
 def agent(proxy: Undoproxy, session: str, auth: tuple[str, str] = AGENT) -> requests.Session:
     s = proxy.agent(session, headers={"Accept": "application/json"})
     s.auth = auth
@@ -72,18 +78,25 @@ def current(s: requests.Session, url: str) -> dict[str, Any]:
     return dict(r.json())
 
 
+def edit(s: requests.Session, url: str, **changes: Any) -> requests.Response:
+    """PUT the document at `url` back with `changes`, at the revision it has now."""
+    return s.put(url, json={**current(s, url), **changes})
+
+
+def delete(s: requests.Session, url: str) -> requests.Response:
+    """DELETE the document at `url`, at the revision it has now."""
+    return s.delete(url, params={"rev": current(s, url)["_rev"]})
+
+
 def test_documents_created_updated_deleted_and_posted_come_back(
-    named: Undoproxy, couch: Couch, db: str, session_id: str
+    named: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
     before = couch.docs(db)
-    url = f"{couch.base_url}/{db}"
     with agent(named, session_id) as s:
         assert s.put(f"{url}/order-10", json={"status": "new", "items": 5}).status_code == 201
-        doc = current(s, f"{url}/order-7")
-        r = s.put(f"{url}/order-7", json={**doc, "status": "shipped", "lines": []})
+        r = edit(s, f"{url}/order-7", status="shipped", lines=[])
         assert r.status_code == 201, r.text
-        rev = current(s, f"{url}/order-8")["_rev"]
-        assert s.delete(f"{url}/order-8", params={"rev": rev}).status_code == 200
+        assert delete(s, f"{url}/order-8").status_code == 200
         r = s.post(url, json={"status": "draft", "items": 0})
         assert r.status_code == 201, r.text
     assert couch.docs(db) != before
@@ -94,37 +107,34 @@ def test_documents_created_updated_deleted_and_posted_come_back(
         "couchdb/post-document",
     ]
 
-    report = rollback(named, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 4)
+    report = rollback_ends(named, session_id, "rolled_back", ["compensated"] * 4)
     assert all("read back" in d for d in details(report))
     assert couch.docs(db) == before
 
 
 def test_a_document_written_twice_at_a_revision_is_restored(
-    named: Undoproxy, couch: Couch, db: str, session_id: str
+    named: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
     before = couch.docs(db)
-    url = f"{couch.base_url}/{db}/order-7"
+    doc = f"{url}/order-7"
     with agent(named, session_id) as s:
-        rev = current(s, url)["_rev"]
+        rev = current(s, doc)["_rev"]
         for status in ("packed", "shipped"):
-            r = s.put(url, params={"rev": rev}, json={**BEFORE["order-7"], "status": status})
+            r = s.put(doc, params={"rev": rev}, json={**BEFORE["order-7"], "status": status})
             assert r.status_code == 201, r.text
             rev = r.json()["rev"]
 
-    plan = rollback(named, session_id, dry_run=True)
+    plan = named.rollback(session_id, dry_run=True)
     assert statuses(plan) == ["planned", "planned"]
-    report = rollback(named, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
+    rollback_ends(named, session_id, "rolled_back", ["compensated", "compensated"])
     assert couch.docs(db) == before
 
 
 def test_bulk_docs_are_undone_document_by_document_on_any_host(
-    up: Undoproxy, couch: Couch, db: str, session_id: str
+    up: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
     """No config: _bulk_docs is CouchDB's alone, so the pack takes it on any host."""
     before = couch.docs(db)
-    url = f"{couch.base_url}/{db}"
     with agent(up, session_id) as s:
         seven = current(s, f"{url}/order-7")
         eight = current(s, f"{url}/order-8")
@@ -140,23 +150,18 @@ def test_bulk_docs_are_undone_document_by_document_on_any_host(
     assert rules(up, session_id) == ["couchdb/bulk-docs"]
     assert couch.docs(db) != before
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert couch.docs(db) == before
 
 
 def test_writes_that_name_a_revision_are_recognised_on_any_host(
-    up: Undoproxy, couch: Couch, db: str, session_id: str
+    up: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
     before = couch.docs(db)
-    url = f"{couch.base_url}/{db}"
     with agent(up, session_id) as s:
-        doc = current(s, f"{url}/order-7")
-        assert s.put(f"{url}/order-7", json={**doc, "items": 99}).status_code == 201
-        rev = current(s, f"{url}/order-9")["_rev"]
-        assert s.delete(f"{url}/order-9", params={"rev": rev}).status_code == 200
-        design = current(s, f"{url}/_design/reports")
-        r = s.put(f"{url}/_design/reports", json={**design, "views": {}})
+        assert edit(s, f"{url}/order-7", items=99).status_code == 201
+        assert delete(s, f"{url}/order-9").status_code == 200
+        r = edit(s, f"{url}/_design/reports", views={})
         assert r.status_code == 201, r.text
     assert rules(up, session_id) == [
         "couchdb/update-document",
@@ -164,8 +169,7 @@ def test_writes_that_name_a_revision_are_recognised_on_any_host(
         "couchdb/update-design-document",
     ]
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 3)
+    rollback_ends(up, session_id, "rolled_back", ["compensated"] * 3)
     assert couch.docs(db) == before
 
 
@@ -177,123 +181,108 @@ def test_a_created_database_is_deleted_after_the_documents_put_in_it(
     with agent(named, session_id, couch.admin) as s:
         assert s.put(url).status_code == 201
         assert s.put(f"{url}/note", json={"text": "hello"}).status_code == 201
-    report = rollback(named, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
+    rollback_ends(named, session_id, "rolled_back", ["compensated", "compensated"])
     with couch.direct() as s:
         assert s.get(url).status_code == 404
 
 
 def test_deleting_a_database_is_irreversible_and_nothing_is_written_back(
-    up: Undoproxy, couch: Couch, db: str, session_id: str
+    up: Undoproxy, couch: Couch, url: str, session_id: str
 ) -> None:
-    url = f"{couch.base_url}/{db}"
     with agent(up, session_id, couch.admin) as s:
         assert s.delete(url).status_code == 200
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["irreversible"])
     assert "database" in details(report)[0]
     with couch.direct() as s:
         assert s.get(url).status_code == 404  # no empty database "restored" in its place
 
 
 def test_someone_elses_later_edit_is_a_conflict_and_force_restores_without_the_old_rev(
-    named: Undoproxy, couch: Couch, db: str, session_id: str
+    named: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
     before = couch.docs(db)
-    url = f"{couch.base_url}/{db}/order-7"
+    doc = f"{url}/order-7"
     with agent(named, session_id) as s:
-        rev = current(s, url)["_rev"]
-        r = s.put(url, params={"rev": rev}, json={**BEFORE["order-7"], "status": "packed"})
+        rev = current(s, doc)["_rev"]
+        r = s.put(doc, params={"rev": rev}, json={**BEFORE["order-7"], "status": "packed"})
         assert r.status_code == 201, r.text
     with couch.direct() as s:  # a person edits it after the agent
-        theirs = {**current(s, url), "status": "held by a person"}
-        assert s.put(url, json=theirs).status_code == 201
+        assert edit(s, doc, status="held by a person").status_code == 201
 
-    report = rollback(named, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["conflict"])
+    report = rollback_ends(named, session_id, "rollback_incomplete", ["conflict"])
     assert "nothing was overwritten" in details(report)[0]
     assert couch.docs(db)["order-7"]["status"] == "held by a person"
 
-    forced = rollback(named, session_id, force=True)
-    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    rollback_ends(named, session_id, "rolled_back", ["compensated"], force=True)
     assert couch.docs(db) == before
 
 
 def test_a_created_document_someone_changed_is_not_deleted(
-    named: Undoproxy, couch: Couch, db: str, session_id: str
+    named: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
-    url = f"{couch.base_url}/{db}/order-10"
+    doc = f"{url}/order-10"
     with agent(named, session_id) as s:
-        assert s.put(url, json={"status": "new"}).status_code == 201
+        assert s.put(doc, json={"status": "new"}).status_code == 201
     with couch.direct() as s:
-        assert s.put(url, json={**current(s, url), "status": "kept"}).status_code == 201
+        assert edit(s, doc, status="kept").status_code == 201
 
-    report = rollback(named, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["conflict"])
+    rollback_ends(named, session_id, "rollback_incomplete", ["conflict"])
     assert couch.docs(db)["order-10"]["status"] == "kept"
 
-    forced = rollback(named, session_id, force=True)  # names the revision it has now
-    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    # names the revision it has now
+    rollback_ends(named, session_id, "rolled_back", ["compensated"], force=True)
     assert "order-10" not in couch.docs(db)
 
 
 def test_a_deleted_document_someone_recreated_is_not_overwritten(
-    named: Undoproxy, couch: Couch, db: str, session_id: str
+    named: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
-    url = f"{couch.base_url}/{db}/order-8"
+    doc = f"{url}/order-8"
     with agent(named, session_id) as s:
-        rev = current(s, url)["_rev"]
-        assert s.delete(url, params={"rev": rev}).status_code == 200
+        assert delete(s, doc).status_code == 200
     with couch.direct() as s:
-        assert s.put(url, json={"status": "re-entered"}).status_code == 201
+        assert s.put(doc, json={"status": "re-entered"}).status_code == 201
 
-    report = rollback(named, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["conflict"])
+    rollback_ends(named, session_id, "rollback_incomplete", ["conflict"])
     assert couch.docs(db)["order-8"] == {"_id": "order-8", "status": "re-entered"}
 
 
 def test_a_target_that_answers_401_is_failed_never_gone(
-    named: Undoproxy, couch: Couch, db: str, session_id: str
+    named: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
     before = couch.docs(db)
-    url = f"{couch.base_url}/{db}"
     with agent(named, session_id) as s:
-        rev = current(s, f"{url}/order-8")["_rev"]
-        assert s.delete(f"{url}/order-8", params={"rev": rev}).status_code == 200
+        assert delete(s, f"{url}/order-8").status_code == 200
         assert s.put(f"{url}/order-11", json={"status": "new"}).status_code == 201
     couch.set_agent_password("changed-by-the-admin")
     try:
-        report = rollback(named, session_id)
+        report = rollback_ends(named, session_id, "rollback_incomplete", ["failed", "failed"])
     finally:
         couch.set_agent_password(AGENT[1])
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed", "failed"])
     assert all("401" in d for d in details(report))
     assert "order-8" not in couch.docs(db) and "order-11" in couch.docs(db)
 
-    again = rollback(named, session_id)  # readable again: the retry undoes both
-    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated", "compensated"])
+    # readable again: the retry undoes both
+    rollback_ends(named, session_id, "rolled_back", ["compensated", "compensated"])
     assert couch.docs(db) == before
 
 
 def test_a_bulk_write_someone_changed_since_is_a_conflict_and_force_undoes_it(
-    up: Undoproxy, couch: Couch, db: str, session_id: str
+    up: Undoproxy, couch: Couch, db: str, url: str, session_id: str
 ) -> None:
     before = couch.docs(db)
-    url = f"{couch.base_url}/{db}"
     with agent(up, session_id) as s:
         seven = current(s, f"{url}/order-7")
         docs = [{**seven, "status": "shipped"}, {"_id": "order-10", "status": "new"}]
         assert s.post(f"{url}/_bulk_docs", json={"docs": docs}).status_code == 201
     with couch.direct() as s:
-        edited = {**current(s, f"{url}/order-10"), "status": "taken over"}
-        assert s.put(f"{url}/order-10", json=edited).status_code == 201
+        assert edit(s, f"{url}/order-10", status="taken over").status_code == 201
     after = couch.docs(db)
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["conflict"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["conflict"])
     assert "nothing was overwritten" in details(report)[0]
     assert couch.docs(db) == after  # neither document was touched
 
-    forced = rollback(up, session_id, force=True)  # each names the revision it has now
-    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    # each names the revision it has now
+    rollback_ends(up, session_id, "rolled_back", ["compensated"], force=True)
     assert couch.docs(db) == before

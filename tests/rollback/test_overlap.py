@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.rollback.helpers import rollback, statuses
+from tests.rollback.helpers import rollback_ends, statuses
 from tests.support.certs import server_context
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -99,8 +99,7 @@ def test_independent_resources_overlap_reads_but_never_two_compensations(
 ) -> None:
     create(proxy, server, session_id, ["/items"] * 12)
     created = list(seen.items)
-    report = rollback(proxy, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 12)
+    rollback_ends(proxy, session_id, "rolled_back", ["compensated"] * 12)
     assert seen.items == {}
     sent = deletes(seen)
     assert [path for _, path, _ in sent] == list(reversed(created))  # LIFO
@@ -118,7 +117,7 @@ def test_nested_resources_never_overlap(
     for _ in range(5):
         create(proxy, server, session_id, [path])
         path = list(seen.items)[-1]
-    report = rollback(proxy, session_id)
+    report = proxy.rollback(session_id)
     assert statuses(report) == ["compensated"] * 5
     for _, _, during in seen.log[-10:]:  # the rollback's DELETEs and read-backs
         assert during == ()  # each alone: the next waited for the read of the one before

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from tests.conftest import received
-from tests.rollback.helpers import AUTH, details, rollback, statuses
+from tests.rollback.helpers import AUTH, details, rollback_ends, statuses
 from tests.support import objects
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -89,9 +89,9 @@ def test_a_compensation_interrupted_by_a_crash_is_decided_by_reading_never_resen
 
     second = Undoproxy(tmp_path).start()
     try:
-        [step] = second.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+        [step] = second.steps(session_id)
         assert step["status"] == "compensating"  # recorded before it was sent
-        report = rollback(second, session_id)
+        report = second.rollback(session_id)
     finally:
         second.stop()
     assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
@@ -192,9 +192,8 @@ def test_force_targets_the_resource_not_the_version_in_the_query(
             headers={"Content-Type": "text/plain"},
         ).raise_for_status()
     store.put("report.txt", "a person's edit", content_type="text/plain")
-    assert statuses(rollback(up, session_id)) == ["conflict"]
-    forced = rollback(up, session_id, force=True)
-    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    assert statuses(up.rollback(session_id)) == ["conflict"]
+    rollback_ends(up, session_id, "rolled_back", ["compensated"], force=True)
     assert store.requests("PUT")[-1].path == "/o/report.txt"
     assert store.objects["report.txt"] == before
 
@@ -267,9 +266,9 @@ def test_steps_marked_ahead_but_never_reached_are_decided_by_reading_after_a_cra
 
     second = Undoproxy(tmp_path).start()
     try:
-        steps = second.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+        steps = second.steps(session_id)
         assert [s["status"] for s in steps] == ["compensating"] * 3  # marked in one commit
-        report = rollback(second, session_id)
+        report = second.rollback(session_id)
     finally:
         second.stop()
     assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 3)

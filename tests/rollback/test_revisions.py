@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.rollback.helpers import AUTH, details, rollback, statuses
+from tests.rollback.helpers import AUTH, details, rollback_ends, statuses
 from tests.support import objects
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -30,8 +30,7 @@ def test_a_restore_names_the_current_revision(
         doc = s.get(f"{server.base_url}/db/order-7").json()
         r = s.put(f"{server.base_url}/db/order-7", json={**doc, "status": "shipped"})
         assert r.status_code == 201, r.text
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert body(store) == ORIGINAL
     assert len(store.docs["order-7"]) == 3  # a new revision, not a rewrite of history
 
@@ -47,8 +46,8 @@ def test_a_document_written_twice_with_rev_in_the_query(
             )
             assert r.status_code == 201, r.text
             rev = r.json()["rev"]
-    plan = rollback(up, session_id, dry_run=True)
-    report = rollback(up, session_id)
+    plan = up.rollback(session_id, dry_run=True)
+    report = up.rollback(session_id)
     assert statuses(plan) == ["planned", "planned"]
     assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
     assert body(store) == ORIGINAL
@@ -63,11 +62,10 @@ def test_force_over_a_later_edit_targets_the_document_not_the_old_revision(
         r = s.put(f"{server.base_url}/db/order-7?rev={rev}", json={**ORIGINAL, "status": "packed"})
         assert r.status_code == 201, r.text
     store.write_doc("order-7", {**ORIGINAL, "status": "held by a person"})
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     assert statuses(report) == ["conflict"] and "status" in details(report)[0]
     assert body(store) == {**ORIGINAL, "status": "held by a person"}
-    forced = rollback(up, session_id, force=True)
-    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"], force=True)
     assert body(store) == ORIGINAL
 
 
@@ -78,6 +76,5 @@ def test_a_deleted_document_comes_back(
     with up.agent(session_id, headers=AUTH) as s:
         assert s.delete(f"{server.base_url}/db/order-7?rev={rev}").status_code == 200
     assert store.doc("order-7") is None
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert body(store) == ORIGINAL

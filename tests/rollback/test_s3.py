@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.rollback.helpers import details, rollback, statuses
+from tests.rollback.helpers import details, rollback_ends, statuses
 from tests.support.ci import skip_or_fail
 from tests.support.proc import Undoproxy
 
@@ -88,11 +88,22 @@ def agent(moto: MotoS3, up: Undoproxy, session: str) -> Any:
     return moto.through(up.proxy_url(session), up.ca_bundle)
 
 
+@pytest.fixture
+def s3(moto: MotoS3) -> Any:
+    """The bucket owner's client, straight to the server (never through undoproxy)."""
+    return moto.direct()
+
+
+@pytest.fixture
+def s3a(moto: MotoS3, signed: Undoproxy, session_id: str) -> Any:
+    """The agent's client, through the undoproxy that signs, in the test's session."""
+    return agent(moto, signed, session_id)
+
+
 def test_the_server_refuses_a_signature_replayed_on_another_request(
-    moto: MotoS3, bucket: str
+    moto: MotoS3, s3: Any, bucket: str
 ) -> None:
     """The premise of everything below: a signature cannot be reused (moto checks it)."""
-    s3 = moto.direct()
     sent: dict[str, str] = {}
     s3.meta.events.register(
         "before-send.s3.PutObject", lambda request, **_: sent.update(request.headers.items())
@@ -115,11 +126,9 @@ def test_the_server_refuses_a_signature_replayed_on_another_request(
 
 
 def test_put_object_overwriting_and_creating_is_undone_byte_for_byte(
-    moto: MotoS3, signed: Undoproxy, bucket: str, session_id: str
+    s3: Any, s3a: Any, signed: Undoproxy, bucket: str, session_id: str
 ) -> None:
-    s3 = moto.direct()
     before = bucket_state(s3, bucket)
-    s3a = agent(moto, signed, session_id)
     s3a.put_object(Bucket=bucket, Key="docs/a.txt", Body=b"rewritten by the agent", Metadata={})
     s3a.put_object(
         Bucket=bucket,
@@ -132,102 +141,84 @@ def test_put_object_overwriting_and_creating_is_undone_byte_for_byte(
     s3a.put_object(Bucket=bucket, Key="docs/new.txt", Body=b"made by the agent")
     assert bucket_state(s3, bucket) != before
 
-    plan = rollback(signed, session_id, dry_run=True)
+    plan = signed.rollback(session_id, dry_run=True)
     assert statuses(plan) == ["planned"] * 3
-    report = rollback(signed, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 3), details(
-        report
-    )
+    report = rollback_ends(signed, session_id, "rolled_back", ["compensated"] * 3)
     assert "read back: 1 target as before" in details(report)[0]
     assert "read back: 2 targets as before" in details(report)[1]
     assert bucket_state(s3, bucket) == before
 
 
 def test_a_deleted_object_comes_back_with_its_metadata_and_tags(
-    moto: MotoS3, signed: Undoproxy, bucket: str, session_id: str
+    s3: Any, s3a: Any, signed: Undoproxy, bucket: str, session_id: str
 ) -> None:
-    s3 = moto.direct()
     before = object_state(s3, bucket, "docs/b.json")
     assert before is not None and before["Metadata"] == {"owner": "ada", "reviewed": "yes"}
-    agent(moto, signed, session_id).delete_object(Bucket=bucket, Key="docs/b.json")
+    s3a.delete_object(Bucket=bucket, Key="docs/b.json")
     assert object_state(s3, bucket, "docs/b.json") is None
-    report = rollback(signed, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"]), report
+    rollback_ends(signed, session_id, "rolled_back", ["compensated"])
     assert object_state(s3, bucket, "docs/b.json") == before
 
 
 def test_object_tags_are_put_back(
-    moto: MotoS3, signed: Undoproxy, bucket: str, session_id: str
+    s3: Any, s3a: Any, signed: Undoproxy, bucket: str, session_id: str
 ) -> None:
-    s3 = moto.direct()
     before = bucket_state(s3, bucket)
-    s3a = agent(moto, signed, session_id)
     s3a.put_object_tagging(
         Bucket=bucket, Key="docs/a.txt", Tagging={"TagSet": [{"Key": "stage", "Value": "final"}]}
     )
     s3a.delete_object_tagging(Bucket=bucket, Key="docs/b.json")
     assert object_state(s3, bucket, "docs/b.json")["Tags"] == []  # type: ignore[index]
-    report = rollback(signed, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 2), report
+    rollback_ends(signed, session_id, "rolled_back", ["compensated"] * 2)
     assert bucket_state(s3, bucket) == before
 
 
 def test_copy_object_over_a_key_and_to_a_new_key_is_undone(
-    moto: MotoS3, signed: Undoproxy, bucket: str, session_id: str
+    s3: Any, s3a: Any, signed: Undoproxy, bucket: str, session_id: str
 ) -> None:
-    s3 = moto.direct()
     before = bucket_state(s3, bucket)
-    s3a = agent(moto, signed, session_id)
     source = {"Bucket": bucket, "Key": "docs/b.json"}
     s3a.copy_object(Bucket=bucket, Key="docs/a.txt", CopySource=source)
     s3a.copy_object(Bucket=bucket, Key="docs/c.json", CopySource=source)
     assert object_state(s3, bucket, "docs/a.txt")["body"] == b'{"n": 1}'  # type: ignore[index]
-    report = rollback(signed, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 2), report
+    rollback_ends(signed, session_id, "rolled_back", ["compensated"] * 2)
     assert bucket_state(s3, bucket) == before
 
 
 def test_delete_objects_gets_one_inverse_per_key(
-    moto: MotoS3, signed: Undoproxy, bucket: str, session_id: str
+    s3: Any, s3a: Any, signed: Undoproxy, bucket: str, session_id: str
 ) -> None:
-    s3 = moto.direct()
     before = bucket_state(s3, bucket)
     objects = [{"Key": "docs/a.txt"}, {"Key": "docs/b.json"}, {"Key": "docs/never-there.txt"}]
-    answer = agent(moto, signed, session_id).delete_objects(
-        Bucket=bucket, Delete={"Objects": objects}
-    )
+    answer = s3a.delete_objects(Bucket=bucket, Delete={"Objects": objects})
     assert len(answer["Deleted"]) == 3
     assert bucket_state(s3, bucket) == {}
-    report = rollback(signed, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"]), report
+    report = rollback_ends(signed, session_id, "rolled_back", ["compensated"])
     assert "then 1 more like it" in details(report)[0]
     assert "4 targets as before" in details(report)[0]
     assert bucket_state(s3, bucket) == before
 
 
 def test_a_change_made_by_someone_else_since_is_not_overwritten(
-    moto: MotoS3, signed: Undoproxy, bucket: str, session_id: str
+    s3: Any, s3a: Any, signed: Undoproxy, bucket: str, session_id: str
 ) -> None:
-    s3 = moto.direct()
-    agent(moto, signed, session_id).put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent")
+    s3a.put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent")
     s3.put_object(Bucket=bucket, Key="docs/a.txt", Body=b"a person's later edit")
-    report = rollback(signed, session_id)
+    report = signed.rollback(session_id)
     assert statuses(report) == ["conflict"], report
     assert object_state(s3, bucket, "docs/a.txt")["body"] == b"a person's later edit"  # type: ignore[index]
 
 
 def test_without_signing_the_write_goes_through_and_rollback_says_irreversible(
-    tmp_path: Path, moto: MotoS3, bucket: str, session_id: str
+    tmp_path: Path, moto: MotoS3, s3: Any, bucket: str, session_id: str
 ) -> None:
     up = _proxy(tmp_path / "unsigned", moto, signing=False)
     try:
-        s3 = moto.direct()
         agent(moto, up, session_id).put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent")
         after = object_state(s3, bucket, "docs/a.txt")
-        report = rollback(up, session_id)
+        report = rollback_ends(up, session_id, "rollback_incomplete", ["irreversible"])
     finally:
         up.stop()
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
     detail = details(report)[0]
     assert "signed (AWS Signature Version 4)" in detail
     assert f"signing: [{{host: {moto.host}, aws: {{access_key_id:" in detail
@@ -236,15 +227,15 @@ def test_without_signing_the_write_goes_through_and_rollback_says_irreversible(
 
 
 def test_a_wrong_signing_key_never_blocks_the_write(
-    tmp_path: Path, moto: MotoS3, bucket: str, session_id: str
+    tmp_path: Path, moto: MotoS3, s3: Any, bucket: str, session_id: str
 ) -> None:
     up = _proxy(tmp_path / "wrong-key", moto, signing=True, secret="not-the-secret")
     try:
         agent(moto, up, session_id).put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent")
-        report = rollback(up, session_id)
+        report = up.rollback(session_id)
     finally:
         up.stop()
-    assert object_state(moto.direct(), bucket, "docs/a.txt")["body"] == b"agent"  # type: ignore[index]
+    assert object_state(s3, bucket, "docs/a.txt")["body"] == b"agent"  # type: ignore[index]
     assert statuses(report) == ["irreversible"]
     assert "signed by undoproxy with the signing entry" in details(report)[0]
     assert "HTTP 403" in details(report)[0]
@@ -259,7 +250,7 @@ def test_the_signing_secret_is_nowhere(
         s3a = agent(moto, up, session_id)
         s3a.put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent", Metadata={"k": "v"})
         s3a.delete_object(Bucket=bucket, Key="docs/b.json")
-        report = rollback(up, session_id)
+        report = up.rollback(session_id)
         assert report["state"] == "rolled_back", report
         outputs["report"] = str(report)
         outputs["session"] = up.api("GET", f"/api/sessions/{session_id}").text

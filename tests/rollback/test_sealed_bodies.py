@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 
-from tests.rollback.helpers import AUTH, details, rollback, statuses
+from tests.rollback.helpers import AUTH, details, rollback_ends, statuses
 from tests.support import objects
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -36,7 +36,7 @@ def test_the_snapshot_is_sealed_on_disk_and_restored_after_a_restart(
     proxy = Undoproxy(tmp_path / "u").start()
     try:
         overwrite(proxy, server, "sealed", "customer.json")
-        step = proxy.api("GET", "/api/sessions/sealed").json()["steps"][-1]
+        step = proxy.steps("sealed")[-1]
         assert step["status"] == "succeeded"
     finally:
         proxy.stop()
@@ -45,8 +45,7 @@ def test_the_snapshot_is_sealed_on_disk_and_restored_after_a_restart(
 
     proxy = Undoproxy(tmp_path / "u").start()  # the same state dir: its key opens the seals
     try:
-        report = rollback(proxy, "sealed")
-        assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+        rollback_ends(proxy, "sealed", "rolled_back", ["compensated"])
         assert store.objects["customer.json"].body == original.encode()
     finally:
         proxy.stop()
@@ -68,7 +67,7 @@ def test_with_another_key_the_step_is_reported_not_written_back_empty(
     key = Fernet.generate_key().decode()
     other = Undoproxy(tmp_path / "u", env={"UNDOPROXY_CREDENTIALS_KEY": key}).start()
     try:
-        report = rollback(other, "moved")
+        report = other.rollback("moved")
         assert report["state"] != "rolled_back"
         assert statuses(report) == ["irreversible"]
         assert "encrypted with another credentials key" in details(report)[0]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rollback.helpers import AUTH, details, rollback, statuses
+from tests.rollback.helpers import AUTH, details, rollback_ends, statuses
 from tests.support import objects
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -50,8 +50,7 @@ def test_a_restore_puts_body_and_metadata_back_and_reads_it_back(
     overwrite(up, server, session_id)
     assert store.objects["report.txt"].headers["x-amz-meta-owner"] == "agent"
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    report = rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert "read back: matches the snapshot" in details(report)[0]
     assert store.objects["report.txt"] == before  # body and every metadata header, exactly
 
@@ -63,8 +62,7 @@ def test_a_restore_that_loses_metadata_is_failed_saying_what_differs(
     overwrite(up, server, session_id)
     store.drop_metadata = True  # the server answers 200 to the restore but keeps no metadata
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["failed"])
     [detail] = details(report)
     assert "PUT answered 200" in detail and "not as it was before" in detail
     for name in ("x-amz-meta-owner", "content-language", "cache-control"):
@@ -76,12 +74,11 @@ def test_a_restore_that_loses_metadata_is_failed_saying_what_differs(
     # A second rollback reads first: the target is neither as before nor as the agent left
     # it, so nothing is sent blind; --force sends it again once the server behaves.
     puts = len(store.requests("PUT"))
-    again = rollback(up, session_id)
+    again = up.rollback(session_id)
     assert statuses(again) == ["failed"] and "not sent again" in details(again)[0]
     assert len(store.requests("PUT")) == puts
     store.drop_metadata = False
-    forced = rollback(up, session_id, force=True)
-    assert (forced["state"], statuses(forced)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"], force=True)
     assert store.objects["report.txt"] == before
 
 
@@ -91,8 +88,7 @@ def test_a_server_that_ignores_the_restore_is_failed(
     seed(store)
     overwrite(up, server, session_id)
     store.ignore_writes = True
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["failed"])
     assert "the body differs" in details(report)[0]
     assert store.objects["report.txt"].body == b"# rewritten by the agent"
 
@@ -103,14 +99,12 @@ def test_a_delete_that_deletes_nothing_is_failed(
     with up.agent(session_id, headers=AUTH) as s:
         created = s.post(f"{server.base_url}/o/", data=b"scratch").json()["id"]
     store.ignore_writes = True  # DELETE answers 204, the object stays (a soft delete)
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["failed"])
     assert "DELETE answered 204, but it is still there" in details(report)[0]
     assert created in store.objects
 
     store.ignore_writes = False  # the next rollback reads, finds it, deletes it, reads again
-    again = rollback(up, session_id)
-    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    again = rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert "read back: gone" in details(again)[0]
     assert created not in store.objects
 
@@ -122,14 +116,14 @@ def test_a_restore_that_cannot_be_read_back_is_unverified_then_verified_later(
     overwrite(up, server, session_id)
     store.pass_reads, store.fail_reads, store.read_status = 1, 1, 405  # only the read-back
 
-    report = rollback(up, session_id)
+    report = up.rollback(session_id)
     assert (report["state"], report["counts"]) == ("rollback_incomplete", {"unverified": 1})
     assert "cannot be read back (GET answered HTTP 405)" in details(report)[0]
     assert store.objects["report.txt"] == before  # it did work, but nobody could show it
 
     puts = len(store.requests("PUT"))
-    again = rollback(up, session_id)  # readable now: decided by reading, not re-sent
-    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    # readable now: decided by reading, not re-sent
+    again = rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert "nothing was sent again" in details(again)[0]
     assert len(store.requests("PUT")) == puts
 
@@ -141,13 +135,11 @@ def test_a_read_back_that_fails_is_failed_and_a_later_rollback_reads_instead_of_
     overwrite(up, server, session_id)
     store.pass_reads, store.fail_reads, store.read_status = 1, 4, 503
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["failed"])
     assert "could not be read back to verify it (GET answered HTTP 503)" in details(report)[0]
 
     puts = len(store.requests("PUT"))
-    again = rollback(up, session_id)
-    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert len(store.requests("PUT")) == puts and store.objects["report.txt"] == before
 
 
@@ -160,15 +152,13 @@ def test_an_unreadable_target_before_a_restore_is_failed_and_nothing_is_sent(
     store.fail_reads, store.read_status = 4, status  # every retry of the drift read fails
     puts = len(store.requests("PUT"))
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["failed"])
     assert f"HTTP {status}" in details(report)[0] and "nothing was sent" in details(report)[0]
     assert "conflict" not in details(report)[0] and "gone" not in details(report)[0]
     assert len(store.requests("PUT")) == puts
 
     store.fail_reads = 0
-    again = rollback(up, session_id)
-    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert store.objects["report.txt"] == before
 
 
@@ -182,17 +172,15 @@ def test_an_unreadable_target_is_never_taken_for_gone(
     store.put("report.txt", "someone else's new file")  # it exists again...
     store.fail_reads, store.read_status = 4, status  # ...but cannot be read right now
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    rollback_ends(up, session_id, "rollback_incomplete", ["failed"])
     assert store.objects["report.txt"].body == b"someone else's new file"  # not overwritten
     assert not [r for r in store.requests("PUT")]
 
     store.fail_reads = 0
-    again = rollback(up, session_id)
+    again = up.rollback(session_id)
     assert statuses(again) == ["conflict"]  # now readable: it exists again
     del store.objects["report.txt"]
-    last = rollback(up, session_id)
-    assert (last["state"], statuses(last)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert store.objects["report.txt"] == before
 
 
@@ -207,19 +195,17 @@ def test_an_unknown_outcome_is_never_decided_from_an_unreadable_target(
             headers={"Content-Type": "text/plain", "X-Test-Drop": "after"},
         )
     assert r.status_code == 502
-    [step] = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+    [step] = up.steps(session_id)
     assert step["status"] == "unknown"
     store.fail_reads, store.read_status = 4, 401
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["failed"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["failed"])
     assert "whether the request took effect (GET answered HTTP 401)" in details(report)[0]
     assert len(store.requests("PUT")) == 1  # nothing sent on a guess
     assert store.objects["report.txt"].body == b"applied, answer lost"
 
     store.fail_reads = 0
-    again = rollback(up, session_id)
-    assert (again["state"], statuses(again)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert store.objects["report.txt"] == before
 
 
@@ -229,8 +215,7 @@ def test_weak_and_strong_etags_of_one_version_are_no_conflict(
     before = seed(store)
     overwrite(up, server, session_id)
     store.weak_etags = True  # GETs now say W/"x" where the PUT said "x"
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert store.objects["report.txt"] == before
     restore = store.requests("PUT")[-1]
     assert "If-Match" not in restore.headers  # a weak ETag can never satisfy If-Match
@@ -245,8 +230,7 @@ def test_deleting_a_folder_is_irreversible_and_nothing_is_written_back(
         assert s.delete(f"{server.base_url}/o/docs/").status_code == 204
     assert not store.objects
 
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["irreversible"])
     assert "directory listing" in details(report)[0] and "by hand" in details(report)[0]
     assert not store.requests("PUT") and not store.objects  # no listing written back as a file
 
@@ -269,8 +253,7 @@ def test_a_json_rpc_answer_id_is_not_a_created_resource(
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ticket"}}
     with up.agent(session_id, headers=AUTH) as s:
         assert s.post(f"{server.base_url}{path}", json=call).status_code == 200
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["irreversible"])
     assert why in details(report)[0]
     assert not store.requests("DELETE") and len(store.tickets) == 1
 
@@ -280,8 +263,7 @@ def test_an_inferred_creation_is_confirmed_before_it_is_claimed(
 ) -> None:
     with up.agent(session_id, headers=AUTH) as s:
         job = s.post(f"{server.base_url}/v1/jobs", json={"run": "report"}).json()["id"]
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["irreversible"])
     assert "cannot confirm what the POST created" in details(report)[0]
     assert f"/v1/jobs/{job}" in details(report)[0]
     assert not store.requests("DELETE")  # never "compensated: already gone"
@@ -293,8 +275,7 @@ def test_a_creation_a_rule_names_is_already_undone_when_it_is_gone(
     with ruled.agent(session_id, headers=AUTH) as s:
         made = s.post(f"{server.base_url}/o/made/", data=b"draft").json()["id"]
     del store.objects[f"made/{made}"]  # someone removed it by hand meanwhile
-    report = rollback(ruled, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    report = rollback_ends(ruled, session_id, "rolled_back", ["compensated"])
     assert "DELETE answered 404; read back: gone" in details(report)[0]
 
 
@@ -309,10 +290,8 @@ def test_dry_run_predicts_the_real_run_for_a_resource_written_twice(
             data=b"second",
             headers={"Content-Type": "text/plain"},
         )
-    plan = rollback(up, session_id, dry_run=True)
-    assert (plan["state"], statuses(plan)) == ("open", ["planned", "planned"])
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
+    rollback_ends(up, session_id, "open", ["planned", "planned"], dry_run=True)
+    rollback_ends(up, session_id, "rolled_back", ["compensated", "compensated"])
     assert store.objects["report.txt"] == before
 
 
@@ -328,8 +307,8 @@ def test_dry_run_predicts_a_conflict_once_for_a_resource_written_twice(
             headers={"Content-Type": "text/plain"},
         )
     store.put("report.txt", "a person's edit", content_type="text/plain")
-    plan = rollback(up, session_id, dry_run=True)
-    report = rollback(up, session_id)
+    plan = up.rollback(session_id, dry_run=True)
+    report = up.rollback(session_id)
     assert statuses(plan) == statuses(report) == ["conflict", "conflict"]
     assert "newer step #2" in details(report)[1]
     assert store.objects["report.txt"].body == b"a person's edit"
@@ -355,13 +334,12 @@ def test_a_step_a_person_resolved_no_longer_holds_the_session_back(
 ) -> None:
     with up.agent(session_id, headers=AUTH) as s:
         s.post(f"{server.base_url}/v1/jobs", json={"run": "x"}).raise_for_status()
-    assert rollback(up, session_id)["state"] == "rollback_incomplete"
-    [step] = up.api("GET", f"/api/sessions/{session_id}").json()["steps"]
+    assert up.rollback(session_id)["state"] == "rollback_incomplete"
+    [step] = up.steps(session_id)
     # What `undoproxy resolve STEP` records once a person has undone it by hand.
     db = sqlite3.connect(up.dir / "journal.db")
     with db:
         db.execute("UPDATE steps SET status='resolved' WHERE id=?", (step["id"],))
     db.close()
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["skipped"])
+    report = rollback_ends(up, session_id, "rolled_back", ["skipped"])
     assert details(report) == ["resolved by a person"]

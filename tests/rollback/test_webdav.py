@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
-from tests.rollback.helpers import details, rollback, statuses
+from tests.rollback.helpers import details, rollback_ends, statuses
 from tests.support.proc import Undoproxy
-from tests.support.webdav import PASSWORD, USER, WebDav
+from tests.support.webdav import WebDav, agent
 
 
 @pytest.fixture
@@ -26,12 +25,6 @@ def dav(tmp_path: Path, upstream_cert: tuple[Path, Path]) -> Iterator[WebDav]:
     server.stop()
 
 
-def agent(up: Undoproxy, session: str) -> requests.Session:
-    s = up.agent(session)
-    s.auth = (USER, PASSWORD)
-    return s
-
-
 def test_a_file_written_twice_is_restored_and_read_back(
     up: Undoproxy, dav: WebDav, session_id: str
 ) -> None:
@@ -41,10 +34,9 @@ def test_a_file_written_twice_is_restored_and_read_back(
             assert r.status_code in (200, 204), r.text
     assert (dav.root / "docs" / "a.txt").read_bytes() == b"third draft\n"
 
-    plan = rollback(up, session_id, dry_run=True)
+    plan = up.rollback(session_id, dry_run=True)
     assert statuses(plan) == ["planned", "planned"]
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
+    report = rollback_ends(up, session_id, "rolled_back", ["compensated", "compensated"])
     assert all("read back: matches the snapshot" in d for d in details(report))
     assert (dav.root / "docs" / "a.txt").read_bytes() == b"first draft\n"
 
@@ -55,8 +47,7 @@ def test_a_created_file_is_deleted_and_a_deleted_one_comes_back(
     with agent(up, session_id) as s:
         assert s.put(f"{dav.base_url}/docs/new.txt", data=b"made by the agent").status_code == 201
         assert s.delete(f"{dav.base_url}/docs/b.txt").status_code == 204
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated", "compensated"])
+    report = rollback_ends(up, session_id, "rolled_back", ["compensated", "compensated"])
     assert "read back: gone" in details(report)[1]
     assert sorted(p.name for p in (dav.root / "docs").iterdir()) == ["a.txt", "b.txt"]
     assert (dav.root / "docs" / "b.txt").read_bytes() == b"notes\n"
@@ -67,7 +58,6 @@ def test_deleting_a_folder_is_irreversible_and_no_listing_is_written_back(
 ) -> None:
     with agent(up, session_id) as s:
         assert s.delete(f"{dav.base_url}/docs/").status_code == 204
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["irreversible"])
     assert "directory listing" in details(report)[0]
     assert list(dav.root.iterdir()) == []  # no file named "docs" holding an HTML page

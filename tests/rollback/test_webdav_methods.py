@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.rollback.helpers import details, rollback, statuses
+from tests.rollback.helpers import details, rollback_ends
 from tests.support.proc import Undoproxy
-from tests.support.webdav import PASSWORD, USER, WebDav
+from tests.support.webdav import WebDav, agent
 
 LOCKINFO = (
     b'<?xml version="1.0"?><D:lockinfo xmlns:D="DAV:"><D:lockscope><D:exclusive/>'
@@ -38,12 +38,6 @@ def dav(tmp_path: Path, upstream_cert: tuple[Path, Path]) -> Iterator[WebDav]:
     server.stop()
 
 
-def agent(up: Undoproxy, session: str) -> requests.Session:
-    s = up.agent(session)
-    s.auth = (USER, PASSWORD)
-    return s
-
-
 def dav_request(
     s: requests.Session, method: str, url: str, body: bytes = b"", **headers: str
 ) -> requests.Response:
@@ -57,8 +51,7 @@ def test_mkcol_is_undone_by_deleting_the_new_collection(
     with agent(up, session_id) as s:
         assert dav_request(s, "MKCOL", f"{dav.base_url}/reports/").status_code == 201
     assert (dav.root / "reports").is_dir()
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    report = rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert "read back: 1 target as before" in details(report)[0]
     assert dav.state() == before
 
@@ -70,8 +63,7 @@ def test_a_collection_someone_filled_since_is_not_deleted(
         assert dav_request(s, "MKCOL", f"{dav.base_url}/reports/").status_code == 201
     with dav.direct() as other:  # another client puts a file in it, not through undoproxy
         assert other.put(f"{dav.base_url}/reports/theirs.txt", data=b"mine").status_code == 201
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["conflict"])
+    rollback_ends(up, session_id, "rollback_incomplete", ["conflict"])
     assert (dav.root / "reports" / "theirs.txt").read_bytes() == b"mine"
 
 
@@ -90,8 +82,7 @@ def test_a_move_is_moved_back_with_its_properties(
         )
         assert r.status_code == 201, r.text
     assert not (dav.root / "docs" / "b.txt").exists()
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    report = rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert "read back: 3 targets as before" in details(report)[0]
     assert dav.state() == before
 
@@ -106,8 +97,7 @@ def test_a_move_over_a_file_restores_both_files_and_their_properties(
         )  # a relative Destination, Overwrite absent (T)
         assert r.status_code == 204, r.text
     assert (dav.root / "docs" / "b.txt").read_bytes() == b"first draft\n"
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    report = rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert "then 2 more like it" in details(report)[0]
     assert dav.state() == before
 
@@ -119,8 +109,7 @@ def test_a_moved_folder_comes_back_with_its_members(
     with agent(up, session_id) as s:
         r = dav_request(s, "MOVE", f"{dav.base_url}/docs/", Destination=f"{dav.base_url}/archive/")
         assert r.status_code == 201, r.text
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert dav.state() == before
 
 
@@ -130,8 +119,7 @@ def test_a_move_over_a_folder_is_irreversible_and_says_why(
     with agent(up, session_id) as s:
         r = dav_request(s, "MOVE", f"{dav.base_url}/docs/a.txt", Destination="/other/")
         assert r.status_code == 204, r.text
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["irreversible"])
     assert "replaced the collection" in details(report)[0]
     assert "/other/" in details(report)[0]
 
@@ -144,8 +132,7 @@ def test_a_copy_to_a_new_name_is_deleted(up: Undoproxy, dav: WebDav, session_id:
         r = dav_request(s, "COPY", f"{dav.base_url}/docs/a.txt", Destination="/other/a.txt")
         assert r.status_code == 201, r.text
     assert (dav.root / "copy" / "a.txt").exists()
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 2)
+    rollback_ends(up, session_id, "rolled_back", ["compensated"] * 2)
     assert dav.state() == before
 
 
@@ -158,8 +145,7 @@ def test_a_copy_over_a_file_puts_its_body_and_properties_back(
         assert r.status_code == 204, r.text
     assert (dav.root / "docs" / "b.txt").read_bytes() == b"first draft\n"
     assert set(dav.propfind("/docs/b.txt").dead()) == {"{urn:test}color", "{urn:test}owner"}
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert dav.state() == before  # owner, which came with the copy, is gone again
 
 
@@ -167,8 +153,7 @@ def test_a_copy_over_a_folder_is_irreversible(up: Undoproxy, dav: WebDav, sessio
     with agent(up, session_id) as s:
         r = dav_request(s, "COPY", f"{dav.base_url}/docs/a.txt", Destination="/other/")
         assert r.status_code == 204, r.text
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["irreversible"])
+    report = rollback_ends(up, session_id, "rollback_incomplete", ["irreversible"])
     assert "replaced the collection" in details(report)[0]
 
 
@@ -189,8 +174,7 @@ def test_proppatch_puts_back_exactly_the_prior_properties(
         assert r.status_code == 207 and "424" not in r.text, r.text
     now = dav.propfind("/docs/a.txt").dead()
     assert "{urn:test}owner" not in now and "{urn:test}size" in now
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert dav.state() == before
 
 
@@ -200,8 +184,7 @@ def test_proppatch_changed_by_someone_else_since_is_a_conflict(
     with agent(up, session_id) as s:
         assert dav_request(s, "PROPPATCH", f"{dav.base_url}/docs/a.txt", PROPPATCH).ok
     dav.set_props("/docs/a.txt", color="purple")  # someone else, straight on the server
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rollback_incomplete", ["conflict"])
+    rollback_ends(up, session_id, "rollback_incomplete", ["conflict"])
     assert "purple" in dav.propfind("/docs/a.txt").dead()["{urn:test}color"]
 
 
@@ -215,8 +198,7 @@ def test_a_lock_is_released_and_a_lock_that_created_a_file_removes_it(
         r = dav_request(s, "LOCK", f"{dav.base_url}/docs/new.txt", LOCKINFO)
         assert r.status_code == 201, r.text
     assert dav.propfind("/docs/a.txt").lock_tokens()
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 2)
+    rollback_ends(up, session_id, "rolled_back", ["compensated"] * 2)
     assert dav.state() == before  # no lock left, no empty new.txt
     with dav.direct() as other:  # the file is writable again without a lock token
         assert other.put(f"{dav.base_url}/docs/a.txt", data=b"x").status_code == 204
@@ -232,8 +214,7 @@ def test_a_lock_that_expired_before_the_rollback_is_already_undone(
         assert other.request(
             "UNLOCK", f"{dav.base_url}/docs/a.txt", headers={"Lock-Token": token}
         ).ok
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    report = rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert "nothing was sent" in details(report)[0]
 
 
@@ -244,8 +225,7 @@ def test_a_deleted_file_comes_back_with_its_dead_properties(
     with agent(up, session_id) as s:
         assert s.delete(f"{dav.base_url}/docs/a.txt").status_code == 204
     assert not (dav.root / "docs" / "a.txt").exists()
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"])
+    report = rollback_ends(up, session_id, "rolled_back", ["compensated"])
     assert "then 1 more like it" in details(report)[0]
     assert dav.state() == before
 
@@ -266,6 +246,5 @@ def test_a_write_under_the_agents_own_lock_is_undone_with_its_lock_token(
             assert r.status_code in (201, 204), r.text
         with dav.direct() as other:  # the lock holds for everyone else
             assert other.put(f"{dav.base_url}/docs/a.txt", data=b"x").status_code == 423
-    report = rollback(up, session_id)
-    assert (report["state"], statuses(report)) == ("rolled_back", ["compensated"] * 3)
+    rollback_ends(up, session_id, "rolled_back", ["compensated"] * 3)
     assert dav.state() == before

@@ -26,7 +26,6 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
@@ -327,13 +326,6 @@ def agent_env(
     return {**base, **json.loads(run.stdout), **(shell_env or {})}
 
 
-def steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
-    """The session's steps, through the admin API."""
-    answer = proxy.api("GET", f"/api/sessions/{session}")
-    assert answer.status_code == 200, answer.text
-    return list(answer.json()["steps"])
-
-
 def run(
     argv: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
@@ -351,7 +343,7 @@ def run(
 
 def in_session(proxy: Undoproxy, session: str, marker: str) -> Callable[[], list[str]]:
     """A check: the URLs of the session's steps that contain `marker`."""
-    return lambda: [s["url"] for s in steps(proxy, session) if marker in s["url"]]
+    return lambda: [s["url"] for s in proxy.steps(session) if marker in s["url"]]
 
 
 PYTHON = sys.executable

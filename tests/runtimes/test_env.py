@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from tests.runtimes.conftest import agent_env, need, steps
+from tests.runtimes.conftest import agent_env, need
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 from undoproxy.runtimes import truststore
@@ -137,7 +137,7 @@ def test_a_session_port_is_the_session_in_token_mode_behind_the_rules_and_across
         assert denied.stdout == "403"
         seen = [
             (s["method"], s["url"].split("/echo/", 1)[1], s["status"])
-            for s in steps(proxy, "javaish")
+            for s in proxy.steps("javaish")
         ]
         assert seen == [
             ("GET", "by-port", "succeeded"),
@@ -148,7 +148,7 @@ def test_a_session_port_is_the_session_in_token_mode_behind_the_rules_and_across
         proxy.output = []  # new ephemeral admin and proxy ports: read the new banner
         proxy.start()  # the session's port is reopened for the same session
         assert _curl(port, url + "?again", env).stdout == "200"
-        assert steps(proxy, "javaish")[-1]["url"].endswith("by-port?again")
+        assert proxy.steps("javaish")[-1]["url"].endswith("by-port?again")
     finally:
         proxy.stop()
     assert os.path.exists(tmp_path / "state" / "session-ports.json")
@@ -217,7 +217,7 @@ def test_node_fetch_preload_leaves_no_proxy_hosts_direct(
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert not [s for s in steps(rt_proxy, session_id) if "ca.pem" in s["url"]]
+    assert not [s for s in rt_proxy.steps(session_id) if "ca.pem" in s["url"]]
 
 
 def test_no_proxy_never_lets_ruby_skip_hosts_ending_in_dot_1(rt_proxy: Undoproxy) -> None:

@@ -8,24 +8,23 @@ the agent's credentials. The calendars on disk (each event's `.ics` file and eac
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import caldav
 import radicale
 import radicale.config
-from cheroot import wsgi
-from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+from tests.support.servers import TlsWsgiServer
 
 USER, PASSWORD = "agent", "cal-SECRET-9"
 
 
-class Radicale:
-    """Serves calendars under `root` until stop(); `base_url` is https://127.0.0.1:PORT."""
+class Radicale(TlsWsgiServer):
+    """Serves calendars under `root` from start() until stop(); `base_url` is
+    https://127.0.0.1:PORT."""
 
     def __init__(self, root: Path, cert: tuple[Path, Path]) -> None:
         self.root = root
-        self.cert = cert
         root.mkdir(parents=True, exist_ok=True)
         (root / "users").write_text(f"{USER}:{PASSWORD}\n")
         configuration = radicale.config.load()
@@ -43,27 +42,12 @@ class Radicale:
             "test",
             privileged=True,
         )
-        self._server = wsgi.Server(("127.0.0.1", 0), radicale.Application(configuration))
-        self._server.ssl_adapter = BuiltinSSLAdapter(str(cert[0]), str(cert[1]))
-        self._thread = threading.Thread(target=self._server.serve, daemon=True)
-
-    def start(self) -> Radicale:
-        self._server.prepare()
-        self._thread.start()
-        return self
-
-    @property
-    def base_url(self) -> str:
-        return f"https://127.0.0.1:{self._server.bind_addr[1]}"
+        super().__init__(radicale.Application(configuration), cert)
 
     @property
     def home(self) -> str:
         """The user's calendar home, where its calendars are made."""
         return f"{self.base_url}/{USER}/"
-
-    def stop(self) -> None:
-        self._server.stop()
-        self._thread.join(10)
 
     def client(self, proxy: str | None = None, ca_bundle: str | None = None) -> caldav.DAVClient:
         """A `caldav` client: straight to the server, or through `proxy` trusting `ca_bundle`."""

@@ -137,6 +137,19 @@ class Undoproxy:
             method, self.admin_url + path, headers=headers, timeout=30, **kwargs
         )
 
+    def steps(self, session: str) -> list[dict[str, Any]]:
+        """The session's steps, oldest first (GET /api/sessions/{id}; it must answer 200)."""
+        r = self.api("GET", f"/api/sessions/{session}")
+        assert r.status_code == 200, r.text
+        return list(r.json()["steps"])
+
+    def rollback(self, session: str, **body: Any) -> dict[str, Any]:
+        """POST the session's rollback (`body`: force, dry_run) and return its report (it must
+        answer 200)."""
+        r = self.api("POST", f"/api/sessions/{session}/rollback", json=body)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
     def cli_env(self) -> dict[str, str]:
         """Environment for running the CLI against this instance."""
         return {
@@ -149,13 +162,21 @@ class Undoproxy:
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         """Run `undoproxy ARGS` against this instance."""
-        return subprocess.run(
-            [sys.executable, "-m", "undoproxy", *args],
-            capture_output=True,
-            text=True,
-            env=env or self.cli_env(),
-            timeout=timeout,
-        )
+        return run_cli(*args, env=env or self.cli_env(), timeout=timeout)
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run `undoproxy ARGS` (python -m undoproxy) to the end; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "undoproxy", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

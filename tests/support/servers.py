@@ -1,5 +1,6 @@
-"""Real aiohttp servers on 127.0.0.1:0, each in its own thread and loop, so that blocking
-clients (requests, curl in a subprocess) can call them from a test."""
+"""Real servers on 127.0.0.1:0, each in its own thread, so that blocking clients (requests,
+curl in a subprocess) can call them from a test: aiohttp apps (ThreadedServer, in their own
+loop) and WSGI apps over TLS (TlsWsgiServer, on cheroot: WsgiDAV, Radicale)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import asyncio
 import ssl
 import threading
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Self
 
 from aiohttp import web
+from cheroot import wsgi
+from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 
 class ThreadedServer:
@@ -66,4 +71,31 @@ class ThreadedServer:
             fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
             fut.result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+class TlsWsgiServer:
+    """Serves the WSGI `app` over TLS (`cert`: certificate and key files) on an ephemeral port,
+    in a daemon thread, from start() until stop()."""
+
+    def __init__(self, app: Any, cert: tuple[Path, Path]) -> None:
+        self.cert = cert
+        self._server = wsgi.Server(("127.0.0.1", 0), app)
+        self._server.ssl_adapter = BuiltinSSLAdapter(str(cert[0]), str(cert[1]))
+        self._thread = threading.Thread(target=self._server.serve, daemon=True)
+
+    def start(self) -> Self:
+        """Bind, then serve in the thread."""
+        self._server.prepare()
+        self._thread.start()
+        return self
+
+    @property
+    def base_url(self) -> str:
+        """https://127.0.0.1:PORT"""
+        return f"https://127.0.0.1:{self._server.bind_addr[1]}"
+
+    def stop(self) -> None:
+        """Stop serving and end the thread."""
+        self._server.stop()
         self._thread.join(10)

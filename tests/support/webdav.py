@@ -7,26 +7,31 @@ read with PROPFIND straight from the server) are the truth a test compares with.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import requests
-from cheroot import wsgi
-from cheroot.ssl.builtin import BuiltinSSLAdapter
 from wsgidav.wsgidav_app import WsgiDAVApp
 
+from tests.support.proc import Undoproxy
+from tests.support.servers import TlsWsgiServer
 from undoproxy.compensators import davxml
 
 USER, PASSWORD = "agent", "dav-SECRET-7"
 
 
-class WebDav:
-    """Serves `root` until stop(); `base_url` is https://127.0.0.1:PORT."""
+def agent(up: Undoproxy, session: str) -> requests.Session:
+    """The agent's requests session through `up`, with the WebDAV user's Basic auth."""
+    s = up.agent(session)
+    s.auth = (USER, PASSWORD)
+    return s
+
+
+class WebDav(TlsWsgiServer):
+    """Serves `root` from start() until stop(); `base_url` is https://127.0.0.1:PORT."""
 
     def __init__(self, root: Path, cert: tuple[Path, Path]) -> None:
         self.root = root
-        self.cert = cert
         app = WsgiDAVApp(
             {
                 "provider_mapping": {"/": str(root)},
@@ -43,22 +48,7 @@ class WebDav:
                 "lock_storage": True,
             }
         )
-        self._server = wsgi.Server(("127.0.0.1", 0), app)
-        self._server.ssl_adapter = BuiltinSSLAdapter(str(cert[0]), str(cert[1]))
-        self._thread = threading.Thread(target=self._server.serve, daemon=True)
-
-    def start(self) -> WebDav:
-        self._server.prepare()
-        self._thread.start()
-        return self
-
-    @property
-    def base_url(self) -> str:
-        return f"https://127.0.0.1:{self._server.bind_addr[1]}"
-
-    def stop(self) -> None:
-        self._server.stop()
-        self._thread.join(10)
+        super().__init__(app, cert)
 
     # --- the server's own view, not through undoproxy ---------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from undoproxy.compensators import couchdb, github, matrix, s3, slack, stripe, webdav
+from undoproxy.compensators import couchdb, davrequests, github, matrix, s3, slack, stripe, webdav
 from undoproxy.compensators.model import Facts, PreRead
 
 PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
@@ -45,6 +45,6 @@ def reads_for(kind: str, snapshot_url: str | None, facts: Facts) -> list[PreRead
     if kind == "recreate" and snapshot_url:
         if facts.snapshot is not None and not facts.snapshot.existed:
             return []  # nothing was there: nothing to recreate, no properties to keep
-        return [webdav.properties_read(snapshot_url)]
+        return [davrequests.properties_read(snapshot_url)]
     maker = PACK_READS.get(kind)
     return maker(facts) if maker is not None else []

@@ -1,7 +1,7 @@
 """The built-in API packs: one YAML file of ordinary rules per API, shipped with undoproxy.
 
 Each `<name>.yaml` here is a mapping `{name, description, hosts, enterprise_prefix?, rules}`
-(see docs/packs.md); `undoproxy.rules.packs` loads and validates them like `include:` files.
+(see docs/packs.md); `undoproxy.packs.loading` loads and validates them like `include:` files.
 """
 
 from __future__ import annotations

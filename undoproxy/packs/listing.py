@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from undoproxy.packs import builtin_names
+from undoproxy.packs.loading import Pack, load_builtin
 from undoproxy.rules.model import READ_METHODS, Rule
-from undoproxy.rules.packs import Pack, load_builtin
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

@@ -2,6 +2,8 @@
 
 Rule order is: the config's own rules first, then each include file's rules, files in the
 order `include:` lists them. First match wins, so put narrow rules before broad ones.
+Packs (undoproxy/packs/loading.py) parse their rule lists with `parse_rule_list`; config.py
+puts them after these.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from undoproxy.rules.jsonpaths import JsonPath
 from undoproxy.rules.match import RuleSet
 from undoproxy.rules.matcher import MatchSpec
 from undoproxy.rules.model import HTTP_METHODS, Rule
-from undoproxy.rules.packs import load_pack, parse_choices
 from undoproxy.rules.patterns import HostPattern, PathTemplate
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
@@ -35,21 +36,27 @@ INCLUDE_FILE_KEYS: frozenset[str] = frozenset({"rules"})
 
 
 def parse_rules(
+    rules: list[Any] | None, include: list[Any] | None, *, base_dir: Path, where: Location
+) -> RuleSet:
+    """Parse the config's rules, then every included file's. Raises ConfigErrors listing all
+    errors."""
+    problems = Problems()
+    parsed = parse_rule_files(rules, include, base_dir, where, problems, {})
+    if problems.errors:
+        raise ConfigErrors(problems.errors)
+    return RuleSet(parsed)
+
+
+def parse_rule_files(
     rules: list[Any] | None,
     include: list[Any] | None,
-    *,
     base_dir: Path,
     where: Location,
-    packs: Any = None,
-    packs_where: Location | None = None,
-) -> RuleSet:
-    """Parse the config's rules, every included file, then the packs' rules.
-
-    `packs` is the `packs:` config value (None: no packs; ALL_PACKS: every built-in pack).
-    Raises ConfigErrors listing all errors.
-    """
-    problems = Problems()
-    names: dict[str, Location] = {}
+    problems: Problems,
+    names: dict[str, Location],
+) -> list[Rule]:
+    """The config's rules, then every included file's (errors go to `problems`; `names`
+    collects the rule names, so that a later list may not take one again)."""
     parsed = parse_rule_list(rules, where, "rules", problems, names)
     for doc, file_where in _load_includes(include, base_dir, where, problems):
         rule_list: Any = doc
@@ -63,13 +70,7 @@ def parse_rules(
             )
             continue
         parsed.extend(parse_rule_list(rule_list, file_where, "rules", problems, names))
-    for choice in parse_choices(packs, packs_where or where, problems):
-        pack = load_pack(choice, problems, names, parse_rule_list)
-        if pack is not None:
-            parsed.extend(pack.rules)
-    if problems.errors:
-        raise ConfigErrors(problems.errors)
-    return RuleSet(parsed)
+    return parsed
 
 
 def _load_includes(

@@ -1,4 +1,4 @@
-"""The `packs:` config key and the built-in pack files (undoproxy/packs/*.yaml).
+"""Loading packs: the `packs:` config key and the built-in pack files (undoproxy/packs/*.yaml).
 
 A pack file is a mapping:
 
@@ -14,11 +14,13 @@ A pack file is a mapping:
 `{name, hosts}`: with `hosts` the pack's rules match those hosts instead of their own. The
 email pack's entry may also give `correction: {subject, text}`: each of its rules then carries
 that Correction (see undoproxy/compensators/email.py), which rollback sends to the recipients.
+
+A pack's rules are ordinary rules: they are parsed by the rules engine (rules/parse.py), which
+knows nothing of packs; config.py puts the config's rules and the packs' rules in one RuleSet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -27,6 +29,7 @@ from undoproxy.errors import ConfigError, ConfigErrors, Location
 from undoproxy.packs import builtin_names, pack_file
 from undoproxy.rules.actions import Problems, at, unknown_keys
 from undoproxy.rules.model import Correction, Rule
+from undoproxy.rules.parse import parse_rule_list
 from undoproxy.rules.patterns import HostPattern
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
@@ -45,8 +48,6 @@ class _AllPacks:
 
 
 ALL_PACKS: Final = _AllPacks()
-
-ParseList = Callable[[Any, Location, str, Problems, dict[str, Location], str], list[Rule]]
 
 
 @dataclass(frozen=True)
@@ -158,12 +159,20 @@ def _hosts(
     return tuple(out) if len(out) == len(value) else None
 
 
-def load_pack(
-    choice: PackChoice,
-    problems: Problems,
-    names: dict[str, Location],
-    parse_list: ParseList,
-) -> Pack | None:
+def load_packs(
+    value: Any, where: Location, problems: Problems, names: dict[str, Location]
+) -> list[Rule]:
+    """The rules of every pack the `packs:` value turns on, in its order (errors go to
+    `problems`; `names` holds the rule names taken so far, a repeated one is an error)."""
+    rules: list[Rule] = []
+    for choice in parse_choices(value, where, problems):
+        pack = load_pack(choice, problems, names)
+        if pack is not None:
+            rules.extend(pack.rules)
+    return rules
+
+
+def load_pack(choice: PackChoice, problems: Problems, names: dict[str, Location]) -> Pack | None:
     """Load one pack's file and parse its rules for `choice` (errors go to `problems`)."""
     path = pack_file(choice.name)
     try:
@@ -209,7 +218,7 @@ def load_pack(
     placed = YList(_place(r, own_hosts, choice.hosts, prefix) for r in rules)
     placed.location = location_of(rules, where)
     placed.item_locations = list(getattr(rules, "item_locations", []))
-    parsed = parse_list(placed, where, "rules", problems, names, f"{choice.name}/")
+    parsed = parse_rule_list(placed, where, "rules", problems, names, f"{choice.name}/")
     silent = {
         f"{choice.name}/{r.get('name')}"
         for r in placed
@@ -269,13 +278,11 @@ def _copy(d: dict[str, Any], default: Location) -> YDict:
 
 def load_builtin(name: str, hosts: tuple[str, ...] | None = None) -> Pack:
     """One built-in pack on its own (for `undoproxy packs NAME`); raises ConfigErrors."""
-    from undoproxy.rules.parse import parse_rule_list
-
     problems = Problems()
     if name not in builtin_names():
         hint = Problems.suggest(name, builtin_names())
         raise ConfigErrors([ConfigError(None, f"unknown pack {name!r}{hint}")])
-    pack = load_pack(PackChoice(name, hosts), problems, {}, parse_rule_list)
+    pack = load_pack(PackChoice(name, hosts), problems, {})
     if problems.errors or pack is None:
         raise ConfigErrors(problems.errors or [ConfigError(None, f"pack {name} did not load")])
     return pack

@@ -1,0 +1,102 @@
+"""Reading sessions: `undoproxy sessions`, `show` and `export`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+from urllib.parse import quote
+
+from undoproxy.cli.options import client
+from undoproxy.cli.output import out, table, when
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    """List sessions, newest first."""
+    query = f"?state={quote(args.state)}" if args.state else ""
+    sessions = client(args).call("GET", f"/api/sessions{query}")["sessions"]
+    if args.json:
+        out(json.dumps(sessions, indent=2))
+        return 0
+    if not sessions:
+        out("no sessions" + (f" in state {args.state}" if args.state else ""))
+        return 0
+    rows = [
+        [
+            s["id"],
+            s["state"] + (" (frozen)" if s.get("frozen") else ""),
+            str(s["steps"]),
+            str(s["mutations"]),
+            when(s["created_at"]),
+            s.get("intent") or "",
+        ]
+        for s in sessions
+    ]
+    out(table(rows, ["SESSION", "STATE", "STEPS", "MUTATIONS", "CREATED", "INTENT"]))
+    if client(args).call("GET", "/api/info").get("frozen_all"):
+        out("every session is frozen (the global switch): `undoproxy unfreeze --all`")
+    return 0
+
+
+def _compensation_text(step: dict[str, Any]) -> str:
+    comp = step.get("compensation")
+    if not comp:
+        return ""
+    text = f"{comp['method']} {comp['url']}" if comp.get("method") else comp.get("kind") or "-"
+    return text + (f" [{comp['status']}]" if comp.get("status") else "")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Show a session's timeline: every step, its rule, status and compensation."""
+    session = client(args).call("GET", f"/api/sessions/{quote(args.session, safe='')}")
+    if args.json:
+        out(json.dumps(session, indent=2))
+        return 0
+    out(
+        f"session {session['id']}  state: {session['state']}  steps: {len(session['steps'])}  "
+        f"mutations: {session['mutations']}"
+        + ("  FROZEN: mutations refused (undoproxy unfreeze)" if session.get("frozen") else "")
+    )
+    if session.get("intent"):
+        out(f"intent: {session['intent']}")
+    if not session["steps"]:
+        out("no requests yet")
+        return 0
+    rows = []
+    for s in session["steps"]:
+        rows.append(
+            [
+                str(s["seq"]),
+                time.strftime("%H:%M:%S", time.localtime(s["created_at"])),
+                s["method"],
+                s["url"],
+                s["rule"] or "-",
+                s["status"],
+                str(s["response_status"] or "-"),
+                _compensation_text(s),
+            ]
+        )
+    out(table(rows, ["#", "TIME", "METHOD", "URL", "RULE", "STATUS", "HTTP", "COMPENSATION"]))
+    intents = [(s["seq"], s["intent"]) for s in session["steps"] if s.get("intent")]
+    if intents:
+        out("intents:")
+        for seq, intent in intents:
+            out(f"  #{seq}: {intent}")
+    resolved = [s for s in session["steps"] if s.get("resolved")]
+    if resolved:
+        out("resolved by hand:")
+        for s in resolved:
+            r = s["resolved"]
+            out(f"  #{s['seq']} {s['id']}: by {r['by']} at {when(r['at'])}: {r['reason']}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a session's steps (secrets redacted) as JSON lines, HAR, CSV or Markdown."""
+    text = client(args).call(
+        "GET", f"/api/sessions/{quote(args.session, safe='')}/export?format={args.format}", raw=True
+    )
+    sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    return 0
