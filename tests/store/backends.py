@@ -36,6 +36,7 @@ class StoreUnderTest(Protocol):
     name: str
     duplicate: str  # how the database words a duplicate key (a regex)
     lock_timeout: str  # how it words giving up on a lock (a regex)
+    migrations: list[str]  # the names of the store's migrations, all applied once
 
     async def open(self) -> Journal:
         """Open (create, migrate, recover) the journal."""
@@ -77,6 +78,7 @@ class SqliteStore:
     name = "sqlite"
     duplicate = "UNIQUE"
     lock_timeout = "locked"
+    migrations = [name for name, _ in schema.MIGRATIONS]
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / "journal.db"
@@ -163,6 +165,7 @@ class PgStore:
     name = "postgres"
     duplicate = "duplicate key"
     lock_timeout = "lock timeout"
+    migrations = [name for name, _ in pg_schema.MIGRATIONS]
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
