@@ -153,8 +153,9 @@ def own_proxy(tmp_path: Path) -> Undoproxy:
 def test_a_mutation_that_cannot_be_journaled_is_answered_503_and_not_forwarded_sqlite(
     own_proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
-    """SQLite: its busy timeout bounds the wait for the lock (on PostgreSQL a locked table
-    holds the write-ahead as long as the writer connection's command timeout)."""
+    """SQLite only: its busy timeout bounds the wait for the lock. On PostgreSQL a write-ahead
+    blocked by a lock inside the database is answered 503 only at the writer connection's
+    command timeout (60 s), too long for a test."""
     marker = uuid.uuid4().hex
     with own_proxy.agent(session_id) as s:
         s.get(f"{plain_upstream.base_url}/echo/warmup").raise_for_status()
