@@ -69,8 +69,8 @@ def track(pg: Any) -> list[int]:
     return pids
 
 
-def pg_cpu(pids: list[int]) -> float:
-    """CPU seconds the cluster's processes have used so far (those that still run)."""
+def cpu_of(pids: list[int]) -> float:
+    """CPU seconds these processes have used so far (those that still run)."""
     total = 0.0
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -89,9 +89,9 @@ class PgRounds:
 def measure_with_pg(target: Target, spec: LoadSpec, pg: Any, into: PgRounds) -> Round:
     """`paired.measure`, with the cluster's CPU time read around it."""
     pids = track(pg)
-    before = pg_cpu(pids)
+    before = cpu_of(pids)
     done = measure(target, spec)
-    used = pg_cpu(pids) - before
+    used = cpu_of(pids) - before
     sent = max(1, sum(r.sent for r in (*done.discarded, done.load)))
     seconds = sum(r.seconds for r in (*done.discarded, done.load))
     into.cpu_ms.append(used * 1000 / sent)

@@ -35,7 +35,7 @@ import noise
 import paired
 from harness import BrokenRun, Child, NotAvailable, Undoproxy, free_port, wait_listening
 from paired import wait_idle
-from pg import cluster, pg_cpu, track
+from pg import cluster, cpu_of, track
 from report import NA, Row, ms, ratio, rps, verdict
 
 NAME = "replicas"
@@ -175,7 +175,7 @@ def run(workdir: Path, rounds: int, seconds: float) -> list[Row]:
     seconds = max(seconds, 2.0)  # wrk's resolution is a second
     with cluster() as pg, Nginx(workdir / "nginx", nginx_bin) as nginx:
         url = pg.database()
-        pg.bench_db = url.rsplit("/", 1)[1]
+        database = url.rsplit("/", 1)[1]
         config = {"store": {"url": url, "heartbeat": "10s"}}
         # One installation: B's state dir is A's (its CA, credentials key, admin token).
         (workdir / "b").mkdir(parents=True)
@@ -191,7 +191,7 @@ def run(workdir: Path, rounds: int, seconds: float) -> list[Row]:
                         done = _round(
                             wrk_bin,
                             workdir,
-                            pg,
+                            (pg, database),
                             nginx,
                             [a, b][:count],
                             (a, b),
@@ -215,7 +215,7 @@ def run(workdir: Path, rounds: int, seconds: float) -> list[Row]:
 def _round(
     wrk_bin: str,
     workdir: Path,
-    pg: Any,
+    journal: tuple[Any, str],
     nginx: Nginx,
     replicas: list[Undoproxy],
     both: tuple[Undoproxy, Undoproxy],
@@ -223,6 +223,7 @@ def _round(
     seconds: float,
 ) -> tuple[float, dict[str, float], float]:
     """One measurement: (req/s, CPU ms per request by process group, foreign cores)."""
+    pg, database = journal
     count = len(replicas)
     for proxy in both:
         wait_idle(proxy.proc.pid)
@@ -231,20 +232,21 @@ def _round(
     per = CONNECTIONS // count
     pairs = list(zip(replicas, scripts, strict=True))
     # Warm-up: connections, the session's first use, each replica's caches.
-    warm_outputs = [
-        w.communicate(timeout=60)[0] for w in [wrk(wrk_bin, p.port, s, per, 1) for p, s in pairs]
-    ]
+    warming = [wrk(wrk_bin, p.port, s, per, 1) for p, s in pairs]
+    warm_outputs = [w.communicate(timeout=60)[0] for w in warming]
+    for proc in warming:
+        noise.untrack(proc.pid)
     groups = {"replicas": [p.proc.pid for p in both], "postgres": track(pg), "nginx": nginx.pids()}
     for pid in groups["nginx"]:
         noise.track(pid)
     meter = noise.Meter()
-    before = {name: pg_cpu(pids) for name, pids in groups.items()}
+    before = {name: cpu_of(pids) for name, pids in groups.items()}
     children = _reaped_cpu()
     procs = [wrk(wrk_bin, p.port, s, per, seconds) for p, s in pairs]
     outputs = [p.communicate(timeout=seconds + 60)[0] for p in procs]
     for proc in procs:  # reaped: their CPU is now in RUSAGE_CHILDREN
         noise.untrack(proc.pid)
-    used = {name: pg_cpu(pids) - before[name] for name, pids in groups.items()}
+    used = {name: cpu_of(pids) - before[name] for name, pids in groups.items()}
     used["wrk"] = _reaped_cpu() - children
     foreign = meter.foreign_cores()
     for output in [*warm_outputs, *outputs]:
@@ -252,7 +254,7 @@ def _round(
             raise BrokenRun(f"{NAME} {count} replica(s) round {n}: wrk: {_parse(output).errors}")
     results = [_parse(o) for o in outputs]
     for session, warm, result in zip(sessions, warm_outputs, results, strict=True):
-        _check_journal(pg, session, _parse(warm).requests + result.requests, per)
+        _check_journal(pg, database, session, _parse(warm).requests + result.requests, per)
     total = sum(r.requests for r in results)
     cpu_ms = {name: secs * 1000 / max(1, total) for name, secs in used.items()}
     return sum(r.rps for r in results), cpu_ms, foreign
@@ -263,13 +265,13 @@ def _reaped_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _check_journal(pg: Any, session: str, counted: int, in_flight: int) -> None:
+def _check_journal(pg: Any, database: str, session: str, counted: int, in_flight: int) -> None:
     """The session's journaled reads (in the database) against what wrk counted for it."""
     deadline = time.monotonic() + 30
     journaled = -1
     while time.monotonic() < deadline:
         journaled = int(
-            pg.psql(f"SELECT count(*) FROM steps WHERE session_id='{session}'", pg.bench_db)
+            pg.psql(f"SELECT count(*) FROM steps WHERE session_id='{session}'", database)
         )
         if counted <= journaled <= counted + 2 * in_flight:
             return
