@@ -67,11 +67,10 @@ class Replicas:
             replica = Undoproxy(directory, self.config())
             replica.state_dir = self.state_dir
             fresh.append(replica)
+        self.started += fresh  # stopped at the end, even if one of them fails to start
         for future in [in_thread(lambda r=r: r.start(timeout=60)) for r in fresh]:
             future.result(90)
-        for name, replica in zip(names, fresh, strict=True):
-            self.live[name] = replica
-            self.started.append(replica)
+        self.live.update(zip(names, fresh, strict=True))
         return fresh
 
     def get(self, name: str) -> Undoproxy:
@@ -94,10 +93,12 @@ def cluster_db(pg_cluster: Cluster) -> str:
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory, cluster_db: str) -> Iterator[Replicas]:
     replicas = Replicas(tmp_path_factory.mktemp("replicas"), cluster_db)
-    replicas.start("a")  # first alone: it creates the state dir's CA and keys
-    replicas.start("b", "c")
-    yield replicas
-    replicas.stop()
+    try:
+        replicas.start("a")  # first alone: it creates the state dir's CA and keys
+        replicas.start("b", "c")
+        yield replicas
+    finally:  # also those that started when another did not
+        replicas.stop()
 
 
 @pytest.fixture
