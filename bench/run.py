@@ -26,6 +26,8 @@ import llm
 import mutations
 import paired
 import passthrough
+import pg
+import replicas
 import rollback
 import rules
 from harness import BrokenRun, NotAvailable
@@ -40,6 +42,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "rollback": lambda d, a: rollback.run(d),
     "rules": lambda d, a: rules.run(),
     "llm": lambda d, a: llm.run(d, max(2, a.rounds // 2)),
+    "pg": lambda d, a: pg.run(d, a.rounds, a.seconds),
+    "replicas": lambda d, a: replicas.run(d, a.rounds, a.seconds),
 }
 
 

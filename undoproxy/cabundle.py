@@ -3,6 +3,7 @@ bypass the proxy (NO_PROXY) still verify while proxied ones verify against undop
 
 from __future__ import annotations
 
+import os
 import ssl
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def write_bundle(state_dir: Path) -> Path:
     ours = (state_dir / CA_CERT_NAME).read_text()
     system = system_cafile().read_text()
     bundle = state_dir / BUNDLE_NAME
-    tmp = bundle.with_suffix(".tmp")
+    tmp = _tmp(bundle)
     tmp.write_text(system.rstrip("\n") + "\n\n# undoproxy CA\n" + ours)
     tmp.replace(bundle)
     _write(state_dir / TRUSTSTORE_NAME, truststore.truststore(bundle.read_bytes()))
@@ -54,6 +55,12 @@ def write_bundle(state_dir: Path) -> Path:
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = _tmp(path)
     tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def _tmp(path: Path) -> Path:
+    """A temporary name next to `path`, this process's own: replicas sharing a state dir may
+    start at once, and each must replace the file with a whole one of its own."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -1,36 +1,86 @@
-"""What the journal keeps of each request, and what happens when it cannot write."""
+"""What the journal keeps of each request, and what happens when it cannot write: through a
+real undoproxy journaling to SQLite (`[sqlite]`) and to PostgreSQL (`[postgres]`)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import pytest
 import requests
+import yaml
 
 from tests.conftest import received
+from tests.support.postgres import Cluster
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
+STORES = ["sqlite", "postgres"]
 
-def journal_rows(proxy: Undoproxy, session: str) -> list[sqlite3.Row]:
+
+def store_config(store: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The config that puts an undoproxy's journal on `store` (a fresh database for each)."""
+    if store == "sqlite":
+        return {}
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    return {"store": {"url": cluster.database()}}
+
+
+@pytest.fixture(scope="module", params=STORES)
+def journaled(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Undoproxy]:
+    """An undoproxy (default config) journaling to SQLite, then one journaling to PostgreSQL."""
+    if request.param == "sqlite":
+        yield request.getfixturevalue("proxy")
+        return
+    instance = Undoproxy(tmp_path_factory.mktemp("pg-journal"), store_config("postgres", request))
+    yield instance.start(timeout=60)
+    instance.stop()
+
+
+def _url(proxy: Undoproxy) -> str | None:
+    return yaml.safe_load(proxy.config_path.read_text())["store"].get("url")
+
+
+def journal_sql(proxy: Undoproxy, sql: str, *args: Any) -> list[dict[str, Any]]:
+    """Run SQL (`$1` parameters) on the proxy's journal, outside undoproxy."""
+    url = _url(proxy)
+    if url is None:
+        db = sqlite3.connect(proxy.dir / "journal.db")
+        db.row_factory = sqlite3.Row
+        try:
+            with db:
+                return [dict(r) for r in db.execute(sql.replace("$1", "?"), args).fetchall()]
+        finally:
+            db.close()
+
+    async def run() -> list[dict[str, Any]]:
+        conn = await asyncpg.connect(url)
+        try:
+            return [dict(r) for r in await conn.fetch(sql, *args)]
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def journal_rows(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
     proxy.api("GET", f"/api/sessions/{session}")  # flushes the writer
-    db = sqlite3.connect(proxy.dir / "journal.db")
-    db.row_factory = sqlite3.Row
-    try:
-        return db.execute(
-            "SELECT * FROM steps WHERE session_id=? ORDER BY seq", (session,)
-        ).fetchall()
-    finally:
-        db.close()
+    return journal_sql(proxy, "SELECT * FROM steps WHERE session_id=$1 ORDER BY seq", session)
 
 
 def test_a_mutation_and_a_read_leave_these_rows(
-    proxy: Undoproxy, tls_upstream: ThreadedServer, session_id: str
+    journaled: Undoproxy, tls_upstream: ThreadedServer, session_id: str
 ) -> None:
+    proxy = journaled
     body = json.dumps({"name": "Ada", "password": "hunter2"}).encode()
     with proxy.agent(session_id) as s:
         s.post(
@@ -67,8 +117,9 @@ def test_a_mutation_and_a_read_leave_these_rows(
 
 
 def test_the_api_shows_steps_with_secrets_redacted(
-    proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
+    journaled: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
+    proxy = journaled
     with proxy.agent(session_id) as s:
         s.put(
             f"{plain_upstream.base_url}/echo/users/1?api_key=QUERYSECRET",
@@ -83,7 +134,8 @@ def test_the_api_shows_steps_with_secrets_redacted(
     assert json.loads(step["request"]["body"]) == {"email": "a@b.test", "password": "[redacted]"}
 
 
-def test_unreachable_upstream_is_journaled_as_failed(proxy: Undoproxy, session_id: str) -> None:
+def test_unreachable_upstream_is_journaled_as_failed(journaled: Undoproxy, session_id: str) -> None:
+    proxy = journaled
     with proxy.agent(session_id) as s:
         r = s.post("http://127.0.0.1:9/nothing-listens-here", json={})
     assert r.status_code == 502
@@ -98,9 +150,12 @@ def own_proxy(tmp_path: Path) -> Undoproxy:
     instance.stop()
 
 
-def test_a_mutation_that_cannot_be_journaled_is_answered_503_and_not_forwarded(
+def test_a_mutation_that_cannot_be_journaled_is_answered_503_and_not_forwarded_sqlite(
     own_proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
+    """SQLite only: its busy timeout bounds the wait for the lock. On PostgreSQL a write-ahead
+    blocked by a lock inside the database is answered 503 only at the writer connection's
+    command timeout (60 s), too long for a test."""
     marker = uuid.uuid4().hex
     with own_proxy.agent(session_id) as s:
         s.get(f"{plain_upstream.base_url}/echo/warmup").raise_for_status()
@@ -125,20 +180,25 @@ def test_a_mutation_that_cannot_be_journaled_is_answered_503_and_not_forwarded(
     assert statuses[-1] == "succeeded"
 
 
+@pytest.mark.parametrize("store", STORES)
 def test_journal_survives_a_restart_and_pending_becomes_unknown(
-    tmp_path: Path, plain_upstream: ThreadedServer, session_id: str
+    store: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    plain_upstream: ThreadedServer,
+    session_id: str,
 ) -> None:
-    first = Undoproxy(tmp_path).start()
+    config = store_config(store, request)
+    first = Undoproxy(tmp_path / "first", config).start(timeout=60)
     with first.agent(session_id) as s:
         s.post(f"{plain_upstream.base_url}/echo/kept", json={}).raise_for_status()
     assert first.stop() == 0
     assert "journal flushed" in "".join(first.output)
     # Simulate a crash between write-ahead and outcome: a step left `pending`.
-    db = sqlite3.connect(tmp_path / "journal.db")
-    db.execute("UPDATE steps SET status='pending' WHERE session_id=?", (session_id,))
-    db.commit()
-    db.close()
-    second = Undoproxy(tmp_path).start()
+    journal_sql(first, "UPDATE steps SET status='pending' WHERE session_id=$1", session_id)
+    # The same undoproxy again. On PostgreSQL it is a replica of another name (the pid is in
+    # it), which finds the first one's rows left by a dead replica and settles them.
+    second = Undoproxy(tmp_path / "first", config).start(timeout=60)
     try:
         [step] = second.api("GET", f"/api/sessions/{session_id}").json()["steps"]
         assert step["status"] == "unknown"

@@ -1,4 +1,6 @@
-"""Real `undoproxy run` replicas sharing one real PostgreSQL database act as one undoproxy."""
+"""Three real `undoproxy run` replicas, A, B and C, sharing one real PostgreSQL database, act
+as one undoproxy: one session's steps through all three, a hold decided on another replica,
+a rollback started anywhere, one rollback at a time, a replica killed mid-traffic."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +20,7 @@ import pytest
 import requests
 
 from tests.support import rest
-from tests.support.holding import approvals, decide, in_thread, wait_pending, wait_state
+from tests.support.holding import approvals, decide, in_thread, until, wait_pending, wait_state
 from tests.support.postgres import PASSWORD, Cluster
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
@@ -33,20 +37,19 @@ HOLD = [
 ]
 
 
-def replica_state(config: dict[str, Any]) -> str:
-    return str(config["state_dir"])
-
-
 class Replicas:
     """Replicas of one undoproxy: one database, one state dir (CA, credentials key, token)."""
 
     def __init__(self, root: Path, url: str) -> None:
         self.root, self.url = root, url
         self.state_dir = root / "state"
+        self.live: dict[str, Undoproxy] = {}
         self.started: list[Undoproxy] = []
+        self._generation = Counter[str]()
 
     def config(self, **extra: Any) -> dict[str, Any]:
         return {
+            # A short heartbeat: a killed replica is settled within a second or two.
             "store": {"url": self.url, "heartbeat": "0.5s"},
             "state_dir": str(self.state_dir),
             "approvals": {"timeout": "60s"},
@@ -54,10 +57,27 @@ class Replicas:
             **extra,
         }
 
-    def start(self, name: str, **extra: Any) -> Undoproxy:
-        replica = Undoproxy(self.root / name, self.config(**extra))
-        replica.state_dir = Path(replica_state(self.config(**extra)))
-        self.started.append(replica.start(timeout=60))
+    def start(self, *names: str) -> list[Undoproxy]:
+        """Start replicas under these names, at once (the first one ever must start alone:
+        it creates the state dir's CA and keys)."""
+        fresh = []
+        for name in names:
+            self._generation[name] += 1
+            directory = self.root / f"{name}-{self._generation[name]}"
+            replica = Undoproxy(directory, self.config())
+            replica.state_dir = self.state_dir
+            fresh.append(replica)
+        self.started += fresh  # stopped at the end, even if one of them fails to start
+        for future in [in_thread(lambda r=r: r.start(timeout=60)) for r in fresh]:
+            future.result(90)
+        self.live.update(zip(names, fresh, strict=True))
+        return fresh
+
+    def get(self, name: str) -> Undoproxy:
+        """The running replica `name`, started again if a test killed it."""
+        replica = self.live.get(name)
+        if replica is None or replica.proc is None or replica.proc.poll() is not None:
+            replica = self.start(name)[0]
         return replica
 
     def stop(self) -> None:
@@ -73,36 +93,36 @@ def cluster_db(pg_cluster: Cluster) -> str:
 @pytest.fixture(scope="module")
 def group(tmp_path_factory: pytest.TempPathFactory, cluster_db: str) -> Iterator[Replicas]:
     replicas = Replicas(tmp_path_factory.mktemp("replicas"), cluster_db)
-    replicas.start("a")  # first alone: it creates the state dir's CA and keys
-    replicas.start("b")
-    yield replicas
-    replicas.stop()
+    try:
+        replicas.start("a")  # first alone: it creates the state dir's CA and keys
+        replicas.start("b", "c")
+        yield replicas
+    finally:  # also those that started when another did not
+        replicas.stop()
 
 
 @pytest.fixture
 def a(group: Replicas) -> Undoproxy:
-    return group.started[0]
+    return group.get("a")
 
 
 @pytest.fixture
 def b(group: Replicas) -> Undoproxy:
-    return group.started[1]
+    return group.get("b")
 
 
-def until(check: Callable[[], Any], timeout: float = 20, what: str = "") -> Any:
-    """Poll `check` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s: {what}")
+@pytest.fixture
+def c(group: Replicas) -> Undoproxy:
+    return group.get("c")
 
 
 def steps(proxy: Undoproxy, session: str) -> list[dict[str, Any]]:
     r = proxy.api("GET", f"/api/sessions/{session}")
     return list(r.json()["steps"]) if r.status_code == 200 else []
+
+
+def session_state(proxy: Undoproxy, session: str) -> str:
+    return str(proxy.api("GET", f"/api/sessions/{session}").json()["state"])
 
 
 def test_the_banner_names_the_database_without_its_password(a: Undoproxy) -> None:
@@ -111,25 +131,33 @@ def test_the_banner_names_the_database_without_its_password(a: Undoproxy) -> Non
     assert PASSWORD not in banner
 
 
-def test_one_sessions_steps_through_both_replicas_are_one_session_in_order(
-    a: Undoproxy, b: Undoproxy, plain_upstream: ThreadedServer, session_id: str
+def test_one_sessions_mutations_through_a_b_and_c_in_turn_are_one_session_in_order(
+    a: Undoproxy, b: Undoproxy, c: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
-    for i in range(6):
-        proxy = (a, b)[i % 2]
+    for i in range(9):
+        proxy = (a, b, c)[i % 3]
         r = proxy.agent(session_id).post(f"{plain_upstream.base_url}/n/{i}", json={"i": i})
         assert r.status_code == 200
-    for proxy in (a, b):
-        seen = until(lambda p=proxy: len(steps(p, session_id)) == 6 and steps(p, session_id))
-        assert [s["seq"] for s in seen] == [1, 2, 3, 4, 5, 6]
-        assert [s["url"].rsplit("/", 1)[1] for s in seen] == ["0", "1", "2", "3", "4", "5"]
+
+    def all_nine_done(proxy: Undoproxy) -> list[dict[str, Any]]:
+        # Each outcome is batched on the replica that forwarded it: wait for the commit.
+        seen = steps(proxy, session_id)
+        return seen if len(seen) == 9 and {s["status"] for s in seen} == {"succeeded"} else []
+
+    for proxy in (a, b, c):
+        seen = until(lambda p=proxy: all_nine_done(p), what="nine succeeded steps, everywhere")
+        assert [s["seq"] for s in seen] == list(range(1, 10))
+        assert [s["url"].rsplit("/", 1)[1] for s in seen] == [str(i) for i in range(9)]
+        listed = proxy.api("GET", "/api/sessions").json()["sessions"]
+        assert [s["id"] for s in listed].count(session_id) == 1
 
 
-def test_a_step_journaled_via_a_is_an_event_on_b(
-    a: Undoproxy, b: Undoproxy, plain_upstream: ThreadedServer, session_id: str
+def test_a_step_journaled_via_a_is_an_event_on_c(
+    a: Undoproxy, c: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     stream = requests.get(
-        b.admin_url + "/api/events",
-        headers={"Authorization": f"Bearer {b.token}"},
+        c.admin_url + "/api/events",
+        headers={"Authorization": f"Bearer {c.token}"},
         stream=True,
         timeout=30,
     )
@@ -148,23 +176,24 @@ def test_a_step_journaled_via_a_is_an_event_on_b(
     assert seen[-1]["status"] == "succeeded"
 
 
-def test_an_approval_decided_on_b_releases_the_request_held_on_a(
-    a: Undoproxy, b: Undoproxy, plain_upstream: ThreadedServer, session_id: str
+def test_a_request_held_on_a_and_approved_on_c_is_released(
+    a: Undoproxy, b: Undoproxy, c: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     url = f"{plain_upstream.base_url}/held/{uuid.uuid4().hex}"
     agent = in_thread(lambda: a.agent(session_id).post(url, json={"go": 1}, timeout=60))
-    approval = wait_pending(b, session_id)  # held on A, pending on B's page too
+    approval = wait_pending(c, session_id)  # held on A, pending on C's page too
     assert approval["method"] == "POST" and approval["url"] == url
-    decided = decide(b, approval["id"], "approve", by="bob")
+    decided = decide(c, approval["id"], "approve", by="carol")
     assert decided.status_code == 200, decided.text
     released = time.monotonic()
     response = agent.result(30)
     # The contract's 1 s, with a margin for this shared machine.
     assert time.monotonic() - released < 2.5
     assert response.status_code == 200 and response.json()["body"] == {"go": 1}
-    assert wait_state(a, approval["id"], "approved")["decided_by"] == "bob"
-    again = decide(a, approval["id"], "deny")
-    assert again.status_code == 409
+    assert wait_state(a, approval["id"], "approved")["decided_by"] == "carol"
+    assert decide(b, approval["id"], "deny").status_code == 409  # decided, on every replica
+    [step] = [s for s in steps(b, session_id) if s["url"] == url]
+    assert step["status"] == "succeeded"
 
 
 def test_an_approval_denied_on_b_refuses_the_request_held_on_a(
@@ -201,7 +230,11 @@ def test_a_freeze_on_b_denies_what_a_holds_and_stops_a_forwarding(
 @pytest.fixture
 def state() -> rest.RestState:
     s = rest.RestState(token=SECRET)
-    s.items = {"1": {"id": "1", "name": "Ada"}}
+    s.items = {
+        "1": {"id": "1", "name": "Ada", "tags": ["x"]},
+        "2": {"id": "2", "name": "Grace", "n": 2},
+        "3": {"id": "3", "name": "Edsger"},
+    }
     return s
 
 
@@ -212,41 +245,121 @@ def api(state: rest.RestState, upstream_cert: tuple[Path, Path]) -> Iterator[Thr
     server.stop()
 
 
-def test_a_rollback_running_on_a_is_refused_on_b_then_restores_everything(
-    a: Undoproxy, b: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+def upstream_bytes(api: ThreadedServer, state: rest.RestState, cert: Path) -> dict[str, bytes]:
+    """Every item as the upstream serves it, read straight from it (no proxy), as bytes."""
+    direct = requests.Session()
+    direct.trust_env = False
+    direct.verify = str(cert)
+    direct.headers.update(AUTH)
+    out = {}
+    for item_id in sorted(list(state.items)):
+        r = direct.get(f"{api.base_url}/items/{item_id}", timeout=10)
+        assert r.status_code == 200, r.text
+        out[item_id] = r.content
+    return out
+
+
+def mutate_through(
+    replicas: tuple[Undoproxy, ...], api: ThreadedServer, session: str
+) -> list[tuple[str, str]]:
+    """Create, replace, merge and delete items, each request through the next replica."""
+    created: list[str] = []
+    requests_made: list[tuple[str, str]] = []
+
+    def send(i: int, method: str, path: str, body: Any = None) -> requests.Response:
+        with replicas[i % len(replicas)].agent(session, headers=AUTH) as s:
+            r = s.request(method, f"{api.base_url}{path}", json=body)
+        assert r.status_code < 300, (method, path, r.status_code, r.text)
+        requests_made.append((method, path))
+        return r
+
+    created.append(send(0, "POST", "/items", {"name": "new 1"}).json()["id"])
+    send(1, "PUT", "/items/1", {"name": "Ada L.", "tags": []})
+    send(2, "PATCH", "/items/2", {"n": 3})
+    send(3, "DELETE", "/items/3")
+    created.append(send(4, "POST", "/items", {"name": "new 2"}).json()["id"])
+    send(5, "PUT", f"/items/{created[0]}", {"name": "new 1, renamed"})
+    # A mutation's outcome is committed by its replica a moment after the agent has its
+    # answer (batched); until then a rollback elsewhere sees it in flight and leaves it.
+    until(
+        lambda: [s["status"] for s in steps(replicas[0], session)] == ["succeeded"] * 6,
+        what="every outcome committed",
+    )
+    return requests_made
+
+
+def test_a_rollback_started_on_b_restores_what_went_through_a_b_and_c_exactly(
+    a: Undoproxy,
+    b: Undoproxy,
+    c: Undoproxy,
+    api: ThreadedServer,
+    state: rest.RestState,
+    upstream_cert: tuple[Path, Path],
+    session_id: str,
 ) -> None:
-    before = state.snapshot()
-    with a.agent(session_id, headers=AUTH) as s:
-        s.post(f"{api.base_url}/items", json={"name": "via a"}).raise_for_status()
-    with b.agent(session_id, headers=AUTH) as s:
-        s.put(f"{api.base_url}/items/1", json={"name": "via b"}).raise_for_status()
+    before = upstream_bytes(api, state, upstream_cert[0])
+    made = mutate_through((a, b, c), api, session_id)
+    assert upstream_bytes(api, state, upstream_cert[0]) != before
+
+    report = b.api("POST", f"/api/sessions/{session_id}/rollback", json={})
+    assert report.status_code == 200, report.text
+    assert report.json()["state"] == "rolled_back", json.dumps(report.json(), indent=1)
+    assert [s["status"] for s in report.json()["steps"]] == ["compensated"] * len(made)
+    assert upstream_bytes(api, state, upstream_cert[0]) == before
+    for proxy in (a, c):  # every replica tells the same outcome, once B's news arrived
+        until(lambda p=proxy: session_state(p, session_id) == "rolled_back", what="rolled_back")
+
+
+def test_rollbacks_started_on_a_and_c_at_once_run_once_and_the_other_is_refused(
+    a: Undoproxy,
+    b: Undoproxy,
+    c: Undoproxy,
+    api: ThreadedServer,
+    state: rest.RestState,
+    upstream_cert: tuple[Path, Path],
+    session_id: str,
+) -> None:
+    before = upstream_bytes(api, state, upstream_cert[0])
+    made = mutate_through((a, b, c), api, session_id)
     gate = asyncio.Event()
     api.call(lambda: setattr(state, "gate", gate))  # compensations now wait at the upstream
-    results: list[requests.Response] = []
-    first = threading.Thread(
-        target=lambda: results.append(a.api("POST", f"/api/sessions/{session_id}/rollback"))
-    )
-    first.start()
+    both = threading.Barrier(2)
+
+    def roll_back(proxy: Undoproxy) -> requests.Response:
+        both.wait(10)
+        return proxy.api("POST", f"/api/sessions/{session_id}/rollback", json={})
+
+    started: dict[Future[requests.Response], str] = {
+        in_thread(lambda: roll_back(a)): "A",
+        in_thread(lambda: roll_back(c)): "C",
+    }
     try:
+        # The one that runs waits at the upstream's gate; the other must answer meanwhile.
+        done, _ = wait(started, timeout=30, return_when=FIRST_COMPLETED)
+        assert done, "neither replica answered while the other's rollback was running"
+        [refused] = done
+        assert refused.result().status_code == 409, refused.result().text
+        assert refused.result().json()["error"] == "conflict"
+        assert "already running" in refused.result().json()["message"]
         until(
-            lambda: b.api("GET", f"/api/sessions/{session_id}").json()["state"] == "rolling_back",
-            what="B sees the rollback A runs",
+            lambda: session_state(b, session_id) == "rolling_back",
+            what="B sees the rollback the other replica runs",
         )
-        second = b.api("POST", f"/api/sessions/{session_id}/rollback", json={})
-        assert second.status_code == 409, second.text
-        assert second.json()["error"] == "conflict"
-        # The session takes no more mutations, on either replica.
+        # The session takes no more mutations, on any replica.
         with b.agent(session_id, headers=AUTH) as s:
-            refused = s.post(f"{api.base_url}/items", json={"name": "late"})
-        assert refused.status_code == 409
+            late = s.post(f"{api.base_url}/items", json={"name": "late"})
+        assert late.status_code == 409
     finally:
         api.call(gate.set)
-        first.join(60)
-    assert results[0].status_code == 200, results[0].text
-    assert results[0].json()["state"] == "rolled_back"
-    assert state.items == before
-    compensations = [(m, p) for m, p in state.log if m in ("DELETE", "PUT")]
-    assert len(compensations) == len(set(compensations)) + 1  # the agent's PUT, then one each
+    [ran] = [f for f in started if f is not refused]
+    report = ran.result(60)
+    assert report.status_code == 200, report.text
+    assert report.json()["state"] == "rolled_back", json.dumps(report.json(), indent=1)
+    assert [s["status"] for s in report.json()["steps"]] == ["compensated"] * len(made)
+    assert upstream_bytes(api, state, upstream_cert[0]) == before
+    # Each compensation was sent once: by the one rollback that ran.
+    writes = [(m, p) for m, p in state.log if m in ("POST", "PUT", "PATCH", "DELETE")]
+    assert len(writes) == 2 * len(made)
 
 
 def test_verify_checks_the_shared_chain_and_names_a_psql_edit(
@@ -274,7 +387,7 @@ def test_verify_checks_the_shared_chain_and_names_a_psql_edit(
 def test_a_replica_with_another_credentials_key_refuses_to_start(
     group: Replicas, tmp_path: Path
 ) -> None:
-    other = Undoproxy(tmp_path / "c", group.config(state_dir=str(tmp_path / "own-state")))
+    other = Undoproxy(tmp_path / "d", group.config(state_dir=str(tmp_path / "own-state")))
     other.state_dir = tmp_path / "own-state"
     with pytest.raises(RuntimeError) as refused:
         other.start(timeout=60)
@@ -310,47 +423,108 @@ def silent_upstream() -> Iterator[str]:
     server.close()
 
 
-def test_a_replica_killed_leaves_nothing_pending_and_the_others_keep_serving(
-    group: Replicas,
+class Traffic:
+    """One agent per replica sending mutations in a loop, each result counted per replica."""
+
+    def __init__(self, replicas: dict[str, Undoproxy], base_url: str) -> None:
+        self.replicas, self.base_url = replicas, base_url
+        self.ok: Counter[str] = Counter()
+        self.failed: dict[str, list[str]] = {name: [] for name in replicas}
+        self.sessions = {name: f"traffic-{name}-{uuid.uuid4().hex[:8]}" for name in replicas}
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._send, args=(name,), daemon=True) for name in replicas
+        ]
+
+    def __enter__(self) -> Traffic:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def _send(self, name: str) -> None:
+        agent = self.replicas[name].agent(self.sessions[name])
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            try:
+                r = agent.post(f"{self.base_url}/traffic/{name}/{n}", json={"n": n}, timeout=10)
+                if r.status_code == 200:
+                    self.ok[name] += 1
+                else:
+                    self.failed[name].append(f"{r.status_code} {r.text[:200]}")
+            except requests.RequestException as exc:
+                self.failed[name].append(repr(exc))
+                time.sleep(0.05)  # a dead replica refuses at once: do not spin
+
+    def served(self, **at_least: int) -> bool:
+        """Whether each named replica has served at least this many requests."""
+        return all(self.ok[name] >= n for name, n in at_least.items())
+
+
+def test_a_replica_killed_mid_traffic_the_others_serve_on_and_nothing_is_left_pending(
+    a: Undoproxy,
     b: Undoproxy,
+    c: Undoproxy,
     plain_upstream: ThreadedServer,
     silent_upstream: str,
+    pg_cluster: Cluster,
+    cluster_db: str,
     session_id: str,
 ) -> None:
-    c = group.start("c")
+    database = cluster_db.rsplit("/", 1)[1]
+    # Two requests of C's stay open when it dies: one forwarded (its step `pending`), one
+    # held for a decision (its step `held`, its approval `pending`).
     in_flight = in_thread(
         lambda: c.agent(session_id).post(f"{silent_upstream}/never", json={}, timeout=60)
     )
     held = in_thread(
         lambda: c.agent(session_id).post(f"{plain_upstream.base_url}/held/x", json={}, timeout=60)
     )
-    approval = wait_pending(b, session_id)
+    approval = wait_pending(a, session_id)
     until(
-        lambda: [s for s in steps(b, session_id) if s["status"] == "pending"],
+        lambda: [s for s in steps(a, session_id) if s["status"] == "pending"],
         what="the request C forwarded is pending",
     )
-    c.kill()
+    with Traffic({"a": a, "b": b, "c": c}, plain_upstream.base_url) as traffic:
+        until(lambda: traffic.served(a=5, b=5, c=5), what="traffic through all three")
+        served_before = dict(traffic.ok)
+        c.kill()
+        until(
+            lambda: traffic.served(a=served_before["a"] + 20, b=served_before["b"] + 20),
+            what="A and B serving on after C died",
+        )
+    assert traffic.failed["a"] == [] and traffic.failed["b"] == []
+    assert traffic.failed["c"], "C was killed: its agent's requests must have failed"
     for future in (in_flight, held):
         with pytest.raises(requests.RequestException):
             future.result(30)
 
-    # B settles what C left: the contract allows 60 s; the test's heartbeat is 0.5 s.
-    settled = until(
-        lambda: (
-            all(s["status"] not in ("pending", "held") for s in steps(b, session_id))
-            and steps(b, session_id)
-        ),
-        timeout=60,
-        what="C's steps settled",
-    )
-    assert {s["url"].rsplit("/", 1)[1]: s["status"] for s in settled} == {
-        "never": "unknown",
-        "x": "denied",
-    }
-    assert wait_state(b, approval["id"], "expired", timeout=60)["state"] == "expired"
+    # A survivor settles what C left (the contract allows 60 s; the heartbeat here is 0.5 s).
+    def left() -> str:
+        return (
+            pg_cluster.psql(
+                "SELECT count(*) FILTER (WHERE status IN ('pending', 'held')) FROM steps", database
+            )
+            + "/"
+            + pg_cluster.psql("SELECT count(*) FROM approvals WHERE state='pending'", database)
+        )
+
+    until(lambda: left() == "0/0", timeout=60, what="nothing pending or held in the journal")
+    settled = {s["url"].rsplit("/", 1)[1]: s["status"] for s in steps(a, session_id)}
+    assert settled == {"never": "unknown", "x": "denied"}
+    assert wait_state(b, approval["id"], "expired")["state"] == "expired"
     assert not approvals(b, state="pending", session=session_id)
-    r = b.agent(session_id).post(f"{plain_upstream.base_url}/after", json={})  # B serves on
-    assert r.status_code == 200
+    # C's own agent: every request C journaled before it died is settled, none is pending.
+    traffic_c = {s["status"] for s in steps(a, traffic.sessions["c"])}
+    assert traffic_c and traffic_c <= {"succeeded", "unknown"}
+    for proxy in (a, b):  # and both serve on
+        r = proxy.agent(session_id).post(f"{plain_upstream.base_url}/after", json={})
+        assert r.status_code == 200
 
 
 def test_a_compensation_in_flight_when_its_replica_dies_is_never_sent_again(
@@ -361,26 +535,24 @@ def test_a_compensation_in_flight_when_its_replica_dies_is_never_sent_again(
     session_id: str,
 ) -> None:
     before = state.snapshot()
-    c = group.start("c2")
-    with c.agent(session_id, headers=AUTH) as s:
-        created = s.post(f"{api.base_url}/items", json={"name": "via c"}).json()["id"]
+    [d] = group.start("d")
+    with d.agent(session_id, headers=AUTH) as s:
+        created = s.post(f"{api.base_url}/items", json={"name": "via d"}).json()["id"]
     gate = asyncio.Event()
     api.call(lambda: setattr(state, "gate", gate))  # the compensation waits at the upstream
-    in_thread(lambda: c.api("POST", f"/api/sessions/{session_id}/rollback", json={}))
+    in_thread(lambda: d.api("POST", f"/api/sessions/{session_id}/rollback", json={}))
     until(
         lambda: [s for s in steps(b, session_id) if s["status"] == "compensating"],
-        what="C marked the step compensating and sent its compensation",
+        what="D marked the step compensating and sent its compensation",
     )
     until(lambda: ("DELETE", f"/items/{created}") in state.log, what="the DELETE arrived")
-    c.kill()
+    d.kill()
     until(
-        lambda: (
-            b.api("GET", f"/api/sessions/{session_id}").json()["state"] == "rollback_incomplete"
-        ),
+        lambda: session_state(b, session_id) == "rollback_incomplete",
         timeout=60,
-        what="B sees that C's rollback stopped with C",
+        what="B sees that D's rollback stopped with D",
     )
-    api.call(gate.set)  # the upstream now applies the DELETE C sent before it died
+    api.call(gate.set)  # the upstream now applies the DELETE D sent before it died
     until(lambda: created not in state.items, what="the upstream applied the DELETE")
 
     report = b.api("POST", f"/api/sessions/{session_id}/rollback", json={})

@@ -1,4 +1,5 @@
-"""The store's sealing of replayable bodies: every body_b64, at any depth, and nothing else."""
+"""The store's sealing of replayable bodies: every body_b64, at any depth, and nothing else;
+sealed in the database on both stores."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import base64
 import pytest
 from cryptography.fernet import Fernet
 
+from tests.store.backends import StoreUnderTest
+from tests.store.helpers import a_step
 from undoproxy.compensators.record import CompensationRecord
 from undoproxy.credentials import CredentialBox
 from undoproxy.store import bodies
+from undoproxy.store.records import Session
 
 
 def b64(data: bytes) -> str:
@@ -58,3 +62,26 @@ def test_no_inverse_request_with_an_unreadable_body_can_be_sent() -> None:
     for part in (opened, opened["fallback"]):
         with pytest.raises(NotSendable, match="another credentials key"):
             compensation_request(InverseRequest.of(part), part["url"], {}, force=False)
+
+
+async def test_a_steps_bodies_are_sealed_in_the_database_and_read_back_whole(
+    store: StoreUnderTest,
+) -> None:
+    journal = await store.open()
+    try:
+        journal.add_session(Session(id="s1"))
+        snapshot = {"status": 200, "body_b64": b64(b'{"name": "Ada", "secret": "s3cr3t"}')}
+        step = a_step(journal, "s1", snapshot=snapshot, compensation=COMPENSATION)
+        await journal.write_ahead(step)
+        [(at_rest_snapshot, at_rest_compensation)] = await store.rows(
+            f"SELECT snapshot, compensation FROM steps WHERE id='{step.id}'"
+        )
+        assert "body_sealed" in at_rest_snapshot and "body_sealed" in at_rest_compensation
+        assert snapshot["body_b64"] not in at_rest_snapshot
+        for plain in (COMPENSATION["body_b64"], COMPENSATION["fallback"]["body_b64"]):
+            assert plain not in at_rest_compensation
+        read = await journal.step(step.id)
+        assert read is not None
+        assert (read.snapshot, read.compensation) == (snapshot, COMPENSATION)
+    finally:
+        await journal.close()

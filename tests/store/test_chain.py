@@ -1,4 +1,5 @@
-"""The hash chain: every write path appends entries, verify recomputes them from the rows."""
+"""The hash chain: every write path appends entries, verify recomputes them from the rows,
+on both stores (`[sqlite]`, `[postgres]`)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.store.backends import StoreUnderTest
+from tests.store.helpers import a_step, an_approval
+from undoproxy.errors import JournalError
 from undoproxy.store import approvals, chain, schema
 from undoproxy.store.journal import Journal
-from undoproxy.store.records import Session, Step, new_id
-
-
-def a_step(journal: Journal, session: str, **values: object) -> Step:
-    fields: dict[str, object] = {
-        "method": "POST",
-        "url": "https://api.test/items",
-        "is_mutation": True,
-        "status": "pending",
-        "request_headers": [["content-type", "application/json"]],
-        "request_body": b'{"name": "x"}\xff',
-        **values,
-    }
-    return Step(id=new_id("st"), session_id=session, seq=journal.next_seq(session), **fields)  # type: ignore[arg-type]
+from undoproxy.store.records import Session
 
 
 def chain_of(path: Path) -> list[tuple[str, str, int]]:
@@ -44,10 +35,8 @@ def test_canonical_form_keeps_every_type_apart() -> None:
     assert chain.canonical("steps", [("a", 1)]) != chain.canonical("sessions", [("a", 1)])
 
 
-@pytest.mark.asyncio
-async def test_every_write_path_appends_entries_that_verify(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
-    journal = await Journal.open(path)
+async def test_every_write_path_appends_entries_that_verify(store: StoreUnderTest) -> None:
+    journal = await store.open()
     try:
         journal.add_session(Session(id="s1"))
         first = a_step(journal, "s1")
@@ -61,37 +50,30 @@ async def test_every_write_path_appends_entries_that_verify(tmp_path: Path) -> N
         await journal.set_frozen("s1", True)
         held = a_step(journal, "s1", status="held")
         await journal.write_ahead(held)
-        approval = approvals.Approval(
-            id=new_id("ap"),
-            session_id="s1",
-            step_id=held.id,
-            fingerprint="f",
-            method="POST",
-            url="https://api.test/items",
-            created_at=time.time(),
-            expires_at=time.time() + 60,
-            step_ids=[held.id],
-        )
+        approval = an_approval("s1", held)
         await journal.writer.write(approvals.INSERT, approval.to_row())
         await approvals.expire_stale(journal)  # set-based updates of both tables
         left_pending = a_step(journal, "s1")
         await journal.write_ahead(left_pending)
     finally:
         await journal.close()
-    again = await Journal.open(path)  # recovery: pending -> unknown, through the writer
-    await again.close()
+    again = await store.open()  # recovery: pending -> unknown, through the writer
+    try:
+        step = await again.step(left_pending.id)
+        assert step is not None and step.status == "unknown"
+        assert [s.seq for s in await again.steps("s1")] == [1, 2, 3, 4]
+    finally:
+        await again.close()
 
-    entries = chain_of(path)
-    versions = {}
-    for table, row_id, version in entries:
-        versions[(table, row_id)] = version
+    entries = await store.entries()
+    versions = {(table, row_id): version for table, row_id, version in entries}
     assert versions[("steps", first.id)] == 4
     assert versions[("steps", read.id)] == 1
     assert versions[("steps", held.id)] == 2  # held -> denied by expire_stale
     assert versions[("steps", left_pending.id)] == 2  # pending -> unknown at restart
     assert versions[("sessions", "s1")] == 3
     assert versions[("approvals", approval.id)] == 2
-    report = chain.verify(path)
+    report = await store.verify()
     assert report.problems == []
     assert (report.steps, report.sessions, report.approvals, report.entries) == (
         4,
@@ -99,18 +81,12 @@ async def test_every_write_path_appends_entries_that_verify(tmp_path: Path) -> N
         1,
         len(entries),
     )
-    assert report.head == _last_hash(path)
+    [(last,)] = await store.rows("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1")
+    assert report.head == last
 
 
-def _last_hash(path: Path) -> str:
-    with sqlite3.connect(path) as db:
-        return str(db.execute("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1").fetchone()[0])
-
-
-@pytest.mark.asyncio
-async def test_a_row_a_batch_could_not_write_has_no_entry(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
-    journal = await Journal.open(path)
+async def test_a_row_a_batch_could_not_write_has_no_entry(store: StoreUnderTest) -> None:
+    journal = await store.open()
     try:
         journal.add_session(Session(id="s1"))
         step = a_step(journal, "s1")
@@ -119,14 +95,18 @@ async def test_a_row_a_batch_could_not_write_has_no_entry(tmp_path: Path) -> Non
         other = a_step(journal, "s1")
         journal.record(other)
         await journal.writer.flush()
+        with pytest.raises(JournalError, match=store.duplicate):
+            await journal.write_ahead(step)
+        assert [s.id for s in await journal.steps("s1")] == [step.id, other.id]
     finally:
         await journal.close()
-    assert [e[1] for e in chain_of(path)] == ["s1", step.id, other.id]
-    assert chain.verify(path).problems == []
+    assert [e[1] for e in await store.entries()] == ["s1", step.id, other.id]
+    assert (await store.verify()).problems == []
 
 
-@pytest.mark.asyncio
-async def test_a_journal_from_before_the_chain_gets_one_at_migration(tmp_path: Path) -> None:
+async def test_an_sqlite_journal_from_before_the_chain_gets_one_at_migration(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "old.db"
     old = sqlite3.connect(path, isolation_level=None)
     old.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
@@ -165,24 +145,19 @@ async def test_a_journal_from_before_the_chain_gets_one_at_migration(tmp_path: P
     assert (problem.table, problem.row_id, problem.where) == ("steps", "st1", "session s1, #1")
 
 
-@pytest.mark.asyncio
-async def test_a_nullable_column_added_later_keeps_every_hash(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
-    journal = await Journal.open(path)
+async def test_a_nullable_column_added_later_keeps_every_hash(store: StoreUnderTest) -> None:
+    journal = await store.open()
     try:
         journal.add_session(Session(id="s1"))
         await journal.write_ahead(a_step(journal, "s1"))
     finally:
         await journal.close()
-    with sqlite3.connect(path) as db:
-        db.execute("ALTER TABLE steps ADD COLUMN later TEXT")
-    assert chain.verify(path).problems == []
+    await store.sql("ALTER TABLE steps ADD COLUMN later TEXT")
+    assert (await store.verify()).problems == []
 
 
-@pytest.mark.asyncio
-async def test_verify_reads_one_snapshot_while_the_writer_writes(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
-    journal = await Journal.open(path)
+async def test_verify_reads_one_snapshot_while_the_writer_writes(store: StoreUnderTest) -> None:
+    journal = await store.open()
 
     async def agent() -> None:
         for _ in range(100):
@@ -195,76 +170,57 @@ async def test_verify_reads_one_snapshot_while_the_writer_writes(tmp_path: Path)
         writing = asyncio.create_task(agent())
         checks = 0
         while not writing.done() or checks == 0:
-            report = await asyncio.to_thread(chain.verify, path)
+            report = await store.verify()
             assert report.problems == []
             checks += 1
         await writing
     finally:
         await journal.close()
-    assert chain.verify(path).steps == 100
+    assert (await store.verify()).steps == 100
 
 
-@pytest.mark.asyncio
-async def test_a_dropped_chain_is_not_mistaken_for_an_old_journal(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
-    journal = await Journal.open(path)
+async def test_a_dropped_chain_is_not_mistaken_for_an_old_journal(store: StoreUnderTest) -> None:
+    journal = await store.open()
     await journal.close()
-    with sqlite3.connect(path) as db:
-        db.execute("DROP TABLE chain")
+    await store.sql("DROP TABLE chain")
     with pytest.raises(chain.NoChain, match="dropped"):
-        chain.verify(path)
+        await store.verify()
 
 
-@pytest.mark.asyncio
-async def test_a_row_replaced_through_the_writer_gets_its_next_version(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
-    journal = await Journal.open(path)
+async def test_a_row_replaced_through_the_writer_gets_its_next_version(
+    store: StoreUnderTest,
+) -> None:
+    journal = await store.open()
     try:
         journal.add_session(Session(id="s1"))
         step = a_step(journal, "s1")
         await journal.write_ahead(step)
         step.status = "succeeded"
         row = step.to_row(journal.box.encrypt)
-        columns = ", ".join(row)
-        marks = ", ".join(f":{c}" for c in row)
-        await journal.writer.write(
-            f"INSERT OR REPLACE INTO steps ({columns}) VALUES ({marks})", row
-        )
+        await journal.writer.write(store.upsert_step(row), row)
     finally:
         await journal.close()
-    assert chain_of(path)[1:] == [("steps", step.id, 1), ("steps", step.id, 2)]
-    assert chain.verify(path).problems == []
+    assert (await store.entries())[1:] == [("steps", step.id, 1), ("steps", step.id, 2)]
+    assert (await store.verify()).problems == []
 
 
-@pytest.mark.asyncio
-async def test_a_recomputed_chain_passes_unless_a_recorded_head_is_checked(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
-    journal = await Journal.open(path)
+async def test_a_recomputed_chain_passes_unless_a_recorded_head_is_checked(
+    store: StoreUnderTest,
+) -> None:
+    journal = await store.open()
     try:
         journal.add_session(Session(id="s1"))
         for _ in range(3):
             await journal.write_ahead(a_step(journal, "s1"))
     finally:
         await journal.close()
-    recorded = chain.verify(path).head
-    assert chain.verify(path, heads=[recorded]).problems == []
+    recorded = (await store.verify()).head
+    assert (await store.verify(heads=[recorded])).problems == []
 
     # Someone who knows the scheme edits a step and rebuilds the whole chain.
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE steps SET url='https://elsewhere.test/' WHERE seq=2")
-        db.execute("DELETE FROM chain")
-        db.row_factory = sqlite3.Row
-        prev, seq = chain.GENESIS, 0
-        for table in chain.TABLES:
-            for row in db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall():
-                seq += 1
-                digest = chain.entry_hash(prev, chain.canonical(table, dict(row).items()))
-                db.execute(
-                    "INSERT INTO chain VALUES (?, ?, ?, 1, ?, ?)",
-                    (seq, table, row["id"], prev, digest),
-                )
-                prev = digest
-    assert chain.verify(path).problems == []  # the chain has no secret: see the docs
-    [problem] = chain.verify(path, heads=[recorded]).problems
+    await store.sql("UPDATE steps SET url='https://elsewhere.test/' WHERE seq=2")
+    await store.rebuild_chain()
+    assert (await store.verify()).problems == []  # the chain has no secret: see the docs
+    [problem] = (await store.verify(heads=[recorded])).problems
     assert (problem.table, problem.row_id) == ("chain", recorded)
     assert "no longer in the chain" in str(problem)

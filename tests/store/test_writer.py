@@ -1,25 +1,22 @@
-"""The write path: a write that gives up is withdrawn, and its caller is told the truth.
+"""The write path: a write that gives up is withdrawn, and its caller is told the truth, on
+both stores.
 
-The writer is made slow for real: another connection holds the database's write lock, so the
-writer's batch waits inside SQLite until the test lets go.
+The writer is made slow for real: another connection holds the lock the writer needs (SQLite's
+write lock; on PostgreSQL, the tables), so the writer's batch waits inside the database until
+the test lets go.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
-import aiosqlite
 import pytest
 
+from tests.store.backends import StoreUnderTest
 from undoproxy.errors import JournalError
-from undoproxy.events import EventBus
-from undoproxy.store import schema
-from undoproxy.store.journal import Journal
 from undoproxy.store.records import Session, Step
-from undoproxy.store.writer import JournalWriter
+from undoproxy.store.writer import QueuedWriter
 
 INSERT_SESSION = (
     "INSERT INTO sessions (id, token, state, created_at, updated_at) VALUES (?, ?, ?, 0, 0)"
@@ -27,77 +24,46 @@ INSERT_SESSION = (
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> Path:
-    """A migrated journal file, not open."""
-    path = tmp_path / "journal.db"
-    journal = await Journal.open(path)
-    await journal.close()
-    return path
-
-
-@pytest.fixture
-def blocker(db: Path) -> Iterator[sqlite3.Connection]:
-    """Another connection to the journal; `hold(blocker)` takes its write lock."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    yield conn
-    if conn.in_transaction:
-        conn.execute("ROLLBACK")
-    conn.close()
-
-
-@pytest.fixture
-async def writer(db: Path) -> AsyncIterator[JournalWriter]:
+async def writer(store: StoreUnderTest) -> AsyncIterator[QueuedWriter]:
     """A writer that waits as long as it takes for the lock and gives callers 0.2 s."""
-    w = JournalWriter(schema.connect_sync(db, busy_timeout_ms=600_000), timeout=0.2)
-    w.start()
+    w = await store.writer(lock_wait_ms=None, timeout=0.2)
     yield w
+    await store.release()
     await w.close()
 
 
-def hold(conn: sqlite3.Connection) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-
-
-def release(conn: sqlite3.Connection) -> None:
-    conn.execute("ROLLBACK")
-
-
-async def executing(writer: JournalWriter) -> None:
-    """Until the writer's current batch is inside SQLite."""
+async def executing(writer: QueuedWriter) -> None:
+    """Until the writer's current batch is inside the database."""
     while not writer.executing:
         await asyncio.sleep(0.01)
 
 
-def session_ids(db: Path) -> set[str]:
-    conn = sqlite3.connect(db)
-    try:
-        return {row[0] for row in conn.execute("SELECT id FROM sessions")}
-    finally:
-        conn.close()
+async def session_ids(store: StoreUnderTest) -> set[str]:
+    return {row[0] for row in await store.rows("SELECT id FROM sessions")}
 
 
 async def test_a_write_still_queued_at_its_timeout_is_withdrawn_and_never_commits(
-    db: Path, blocker: sqlite3.Connection, writer: JournalWriter
+    store: StoreUnderTest, writer: QueuedWriter
 ) -> None:
-    hold(blocker)
+    await store.hold()
     first = asyncio.create_task(writer.write(INSERT_SESSION, ("first", "t", "open")))
-    await executing(writer)  # the first batch is waiting for the lock inside SQLite
+    await executing(writer)  # the first batch is waiting for the lock inside the database
 
     with pytest.raises(JournalError, match="withdrawn"):
         await writer.write(INSERT_SESSION, ("refused", "t", "open"))
     writer.submit(INSERT_SESSION, ("after", "t", "open"))
-    release(blocker)
+    await store.release()
 
     await first  # executing when its timeout ran out: it waited and was committed
     await writer.flush()
-    assert session_ids(db) == {"first", "after"}
+    assert await session_ids(store) == {"first", "after"}
     assert writer.withdrawn == 1
 
 
 async def test_a_cancelled_write_still_queued_is_withdrawn(
-    db: Path, blocker: sqlite3.Connection, writer: JournalWriter
+    store: StoreUnderTest, writer: QueuedWriter
 ) -> None:
-    hold(blocker)
+    await store.hold()
     first = asyncio.create_task(writer.write(INSERT_SESSION, ("first", "t", "open")))
     await executing(writer)
     second = asyncio.create_task(writer.write(INSERT_SESSION, ("cancelled", "t", "open")))
@@ -105,36 +71,32 @@ async def test_a_cancelled_write_still_queued_is_withdrawn(
     second.cancel()
     with pytest.raises(asyncio.CancelledError):
         await second
-    release(blocker)
+    await store.release()
 
     await first
     await writer.flush()
-    assert session_ids(db) == {"first"}
+    assert await session_ids(store) == {"first"}
 
 
 async def test_a_write_that_fails_while_executing_says_so_and_leaves_no_row(
-    db: Path, blocker: sqlite3.Connection
+    store: StoreUnderTest,
 ) -> None:
-    writer = JournalWriter(schema.connect_sync(db, busy_timeout_ms=50), timeout=600)
-    writer.start()
+    writer = await store.writer(lock_wait_ms=50, timeout=600)
     try:
-        hold(blocker)
-        with pytest.raises(JournalError, match="locked"):
+        await store.hold()
+        with pytest.raises(JournalError, match=store.lock_timeout):
             await writer.write(INSERT_SESSION, ("locked-out", "t", "open"))
-        release(blocker)
+        await store.release()
         await writer.flush()
     finally:
         await writer.close()
-    assert session_ids(db) == set()
+    assert await session_ids(store) == set()
 
 
 async def test_awaited_journal_changes_stay_as_they_were_when_the_write_fails(
-    db: Path, blocker: sqlite3.Connection
+    store: StoreUnderTest,
 ) -> None:
-    read = await schema.connect(db)
-    read.row_factory = aiosqlite.Row
-    journal = Journal(JournalWriter(schema.connect_sync(db, busy_timeout_ms=50)), read, EventBus())
-    journal.writer.start()
+    journal = await store.open_bounded(lock_wait_ms=50)
     try:
         session = journal.add_session(Session(id="s1"))
         step = Step(
@@ -148,12 +110,12 @@ async def test_awaited_journal_changes_stay_as_they_were_when_the_write_fails(
         )
         await journal.write_ahead(step)
 
-        hold(blocker)
+        await store.hold()
         with pytest.raises(JournalError):
             await journal.update_now(step, compensation_status="compensating")
         with pytest.raises(JournalError):
             await journal.set_session_state("s1", "rolling_back")
-        release(blocker)
+        await store.release()
 
         assert step.compensation_status is None
         assert session.state == "open"
@@ -164,28 +126,27 @@ async def test_awaited_journal_changes_stay_as_they_were_when_the_write_fails(
 
 
 async def test_a_batched_write_commits_although_nobody_waits_for_it(
-    db: Path, writer: JournalWriter
+    store: StoreUnderTest, writer: QueuedWriter
 ) -> None:
     writer.submit(INSERT_SESSION, ("batched", "t", "open"))
-    while "batched" not in session_ids(db):  # no flush: it lingers a moment, then commits
+    while "batched" not in await session_ids(store):  # no flush: it lingers, then commits
         await asyncio.sleep(0.01)
 
 
-async def test_one_bad_row_fails_alone(db: Path, blocker: sqlite3.Connection) -> None:
-    writer = JournalWriter(schema.connect_sync(db, busy_timeout_ms=600_000), timeout=600)
-    writer.start()
+async def test_one_bad_row_fails_alone(store: StoreUnderTest) -> None:
+    writer = await store.writer(lock_wait_ms=None, timeout=600)
     try:
-        hold(blocker)  # so that the two below queue up and share the next batch
+        await store.hold()  # so that the two below queue up and share the next batch
         first = asyncio.create_task(writer.write(INSERT_SESSION, ("first", "t", "open")))
         await executing(writer)
         dup = asyncio.create_task(writer.write(INSERT_SESSION, ("first", "t", "open")))
         other = asyncio.create_task(writer.write(INSERT_SESSION, ("other", "t", "open")))
         await asyncio.sleep(0)
-        release(blocker)
+        await store.release()
         await first
-        with pytest.raises(JournalError, match="UNIQUE"):
+        with pytest.raises(JournalError, match=store.duplicate):
             await dup
         await other
     finally:
         await writer.close()
-    assert session_ids(db) == {"first", "other"}
+    assert await session_ids(store) == {"first", "other"}

@@ -88,3 +88,16 @@ def webhook_app() -> web.Application:
     app[HOOKS] = []
     app.router.add_post("/hook", _record)
     return app
+
+
+def until(check: Callable[[], T], *, timeout: float = 20, what: str = "") -> T:
+    """Poll `check` every 50 ms until it returns something truthy, and return that;
+    AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g}s: {what or check}")
+        time.sleep(0.05)

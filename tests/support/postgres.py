@@ -33,7 +33,8 @@ def _free_port() -> int:
 class Cluster:
     """`Cluster().start()`; `database()` makes a fresh database and returns its URL."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        """`durable`: fsync on, as in production (the benchmarks); the tests run without."""
         found = bin_dir()
         if found is None:
             raise FileNotFoundError("PostgreSQL's initdb/pg_ctl (apt-get install postgresql)")
@@ -42,6 +43,7 @@ class Cluster:
         self.data = self.dir / "data"
         self.port = 0
         self._as_postgres = os.geteuid() == 0
+        self.durable = durable
 
     def _run(self, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
         cmd = list(args)
@@ -74,7 +76,8 @@ class Cluster:
         self.port = _free_port()
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-            f"-c unix_socket_directories={self.dir} -c fsync=off -c max_connections=200"
+            f"-c unix_socket_directories={self.dir} -c max_connections=200"
+            + ("" if self.durable else " -c fsync=off")
         )
         self._run(
             str(self.bin / "pg_ctl"),
@@ -96,6 +99,21 @@ class Cluster:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def pids(self) -> list[int]:
+        """The cluster's processes: the postmaster and every child (backends, writers)."""
+        pid_file = self.data / "postmaster.pid"
+        if not pid_file.is_file():
+            return []
+        postmaster = int(pid_file.read_text().split("\n", 1)[0])
+        found = [postmaster]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    stat = (entry / "stat").read_text()
+                    if int(stat.rpartition(")")[2].split()[1]) == postmaster:
+                        found.append(int(entry.name))
+        return found
 
     def url(self, database: str = "postgres") -> str:
         """The URL of one database of this cluster."""

@@ -65,9 +65,11 @@ class Relay:
             self._stop_listening()
             self._stop_listening = None
         self._send()
-        if self._conn is not None and not self._conn.is_closed():
-            with contextlib.suppress(Exception):
-                await self._conn.remove_listener(CHANNEL, self._received)
+        if self._conn is not None:
+            self._conn.remove_termination_listener(self._lost)  # closing is not losing it
+            if not self._conn.is_closed():
+                with contextlib.suppress(Exception):
+                    await self._conn.remove_listener(CHANNEL, self._received)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -22,6 +22,9 @@ async def verify(url: str, *, heads: Iterable[str] = ()) -> chain.Report:
     try:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             if not await conn.fetchval("SELECT to_regclass('chain') IS NOT NULL"):
+                if await conn.fetchval("SELECT to_regclass('migrations') IS NOT NULL"):
+                    # Every PostgreSQL journal was created with its chain.
+                    raise chain.NoChain("the journal had a hash chain, and its table was dropped")
                 raise chain.NoChain(
                     "the journal has no hash chain yet: start undoproxy once to create it"
                 )

@@ -1,4 +1,5 @@
-"""The journal on disk: private file modes, fsync'd commits, one process per journal."""
+"""SQLite only: the journal file on disk: private file modes, fsync'd commits, one process per
+journal (tests/store/conftest.py runs what both stores share on both)."""
 
 from __future__ import annotations
 

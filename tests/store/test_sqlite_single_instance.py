@@ -1,4 +1,5 @@
-"""Two `undoproxy run` on one journal: the second refuses to start and names the first."""
+"""SQLite only: two `undoproxy run` on one journal file: the second refuses to start and names
+the first (PostgreSQL journals are shared by replicas: tests/replicas)."""
 
 from __future__ import annotations
 

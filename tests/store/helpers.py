@@ -1,4 +1,4 @@
-"""Steps and approvals to journal in the PostgreSQL store tests."""
+"""Steps and approvals to journal in the store tests."""
 
 from __future__ import annotations
 
