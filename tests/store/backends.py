@@ -27,7 +27,7 @@ from undoproxy.store.postgres import schema as pg_schema
 from undoproxy.store.postgres.journal import PgJournal
 from undoproxy.store.postgres.verify import verify as pg_verify
 from undoproxy.store.postgres.writer import PgWriter
-from undoproxy.store.writer import JournalWriter, QueuedWriter
+from undoproxy.store.writer import JournalWriter, Writer
 
 
 class StoreUnderTest(Protocol):
@@ -44,7 +44,7 @@ class StoreUnderTest(Protocol):
     async def open_bounded(self, lock_wait_ms: int) -> Journal:
         """The journal, its writer giving up on a lock after `lock_wait_ms`."""
 
-    async def writer(self, *, lock_wait_ms: int | None, timeout: float) -> QueuedWriter:
+    async def writer(self, *, lock_wait_ms: int | None, timeout: float) -> Writer:
         """A started writer of its own on the (migrated) journal."""
 
     async def sql(self, statement: str) -> None:
@@ -99,7 +99,7 @@ class SqliteStore:
         journal.writer.start()
         return journal
 
-    async def writer(self, *, lock_wait_ms: int | None, timeout: float) -> QueuedWriter:
+    async def writer(self, *, lock_wait_ms: int | None, timeout: float) -> Writer:
         await (await Journal.open(self.path)).close()
         wait = 600_000 if lock_wait_ms is None else lock_wait_ms
         w = JournalWriter(schema.connect_sync(self.path, busy_timeout_ms=wait), timeout=timeout)
@@ -182,7 +182,7 @@ class PgStore:
     async def open_bounded(self, lock_wait_ms: int) -> Journal:
         return await PgJournal.connect(self._url(lock_wait_ms), replica="r1")
 
-    async def writer(self, *, lock_wait_ms: int | None, timeout: float) -> QueuedWriter:
+    async def writer(self, *, lock_wait_ms: int | None, timeout: float) -> Writer:
         await (await self.open()).close()
         url = self._url(lock_wait_ms)
         w = PgWriter(

@@ -16,7 +16,7 @@ import pytest
 from tests.store.backends import StoreUnderTest
 from undoproxy.errors import JournalError
 from undoproxy.store.records import Session, Step
-from undoproxy.store.writer import QueuedWriter
+from undoproxy.store.writer import Writer
 
 INSERT_SESSION = (
     "INSERT INTO sessions (id, token, state, created_at, updated_at) VALUES (?, ?, ?, 0, 0)"
@@ -24,7 +24,7 @@ INSERT_SESSION = (
 
 
 @pytest.fixture
-async def writer(store: StoreUnderTest) -> AsyncIterator[QueuedWriter]:
+async def writer(store: StoreUnderTest) -> AsyncIterator[Writer]:
     """A writer that waits as long as it takes for the lock and gives callers 0.2 s."""
     w = await store.writer(lock_wait_ms=None, timeout=0.2)
     yield w
@@ -32,7 +32,7 @@ async def writer(store: StoreUnderTest) -> AsyncIterator[QueuedWriter]:
     await w.close()
 
 
-async def executing(writer: QueuedWriter) -> None:
+async def executing(writer: Writer) -> None:
     """Until the writer's current batch is inside the database."""
     while not writer.executing:
         await asyncio.sleep(0.01)
@@ -43,7 +43,7 @@ async def session_ids(store: StoreUnderTest) -> set[str]:
 
 
 async def test_a_write_still_queued_at_its_timeout_is_withdrawn_and_never_commits(
-    store: StoreUnderTest, writer: QueuedWriter
+    store: StoreUnderTest, writer: Writer
 ) -> None:
     await store.hold()
     first = asyncio.create_task(writer.write(INSERT_SESSION, ("first", "t", "open")))
@@ -61,7 +61,7 @@ async def test_a_write_still_queued_at_its_timeout_is_withdrawn_and_never_commit
 
 
 async def test_a_cancelled_write_still_queued_is_withdrawn(
-    store: StoreUnderTest, writer: QueuedWriter
+    store: StoreUnderTest, writer: Writer
 ) -> None:
     await store.hold()
     first = asyncio.create_task(writer.write(INSERT_SESSION, ("first", "t", "open")))
@@ -126,7 +126,7 @@ async def test_awaited_journal_changes_stay_as_they_were_when_the_write_fails(
 
 
 async def test_a_batched_write_commits_although_nobody_waits_for_it(
-    store: StoreUnderTest, writer: QueuedWriter
+    store: StoreUnderTest, writer: Writer
 ) -> None:
     writer.submit(INSERT_SESSION, ("batched", "t", "open"))
     while "batched" not in await session_ids(store):  # no flush: it lingers, then commits

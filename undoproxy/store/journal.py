@@ -27,7 +27,7 @@ from undoproxy.events import EventBus
 from undoproxy.store import schema
 from undoproxy.store.lock import JournalLock
 from undoproxy.store.records import STEP_COLUMNS, Session, Step, encode_fields
-from undoproxy.store.writer import JournalWriter, QueuedWriter
+from undoproxy.store.writer import JournalWriter, Writer
 
 _INSERT_STEP = (
     f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
@@ -60,7 +60,7 @@ class Journal:
 
     def __init__(
         self,
-        writer: QueuedWriter,
+        writer: Writer,
         read_conn: aiosqlite.Connection | None,
         events: EventBus,
         lock: JournalLock | None = None,
