@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
 from aiohttp import web
 
-from undoproxy import __version__
+from undoproxy import __version__, eventloop
 from undoproxy.admin import export
 from undoproxy.admin.context import CONTEXT
 from undoproxy.admin.errors import ApiError, json_body
@@ -37,6 +38,7 @@ async def info(request: web.Request) -> web.Response:
             "ca_cert": str(ctx.ca_cert),
             "ca_bundle": str(ctx.ca_bundle),
             "frozen_all": ctx.journal.frozen_all,  # the global kill switch
+            "event_loop": eventloop.name(asyncio.get_running_loop()),
         }
     )
 

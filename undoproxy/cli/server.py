@@ -15,6 +15,7 @@ from undoproxy.errors import UndoproxyError
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the proxy and the admin API/page in one process until Ctrl-C or SIGTERM."""
+    from undoproxy import eventloop
     from undoproxy.server import serve
 
     config = load_config(config_path(args))
@@ -22,7 +23,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         level=logging.INFO if not args.quiet else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    asyncio.run(serve(config))
+    eventloop.run(serve(config))
     return 0
 
 
