@@ -38,6 +38,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime: fields 14 and 15
 
 
+def with_descendants(pids: Iterable[int]) -> set[int]:
+    """`pids` and every running process below them (undoproxy's journal writer process, say)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = set(pids), list(pids)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """user + system CPU of a process and of the processes it started that still run."""
+    total = 0.0
+    for one in with_descendants([pid]):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += cpu_seconds(one)
+    return total
+
+
 def machine_busy() -> float:
     """CPU seconds all cores have been busy (user, nice, system) or stolen, since boot."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
@@ -47,7 +72,7 @@ def machine_busy() -> float:
 
 def _own(pids: Iterable[int]) -> float:
     total = 0.0
-    for pid in pids:
+    for pid in with_descendants(pids):
         # A child reaped since is in RUSAGE_CHILDREN below, with all of its CPU.
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             total += cpu_seconds(pid)

@@ -23,7 +23,7 @@ from typing import Any
 
 from harness import BrokenRun, Mitmdump, Undoproxy, Upstream
 from load import LoadResult, LoadSpec, drive
-from noise import FOREIGN_LIMIT, Meter, cpu_seconds
+from noise import FOREIGN_LIMIT, Meter, tree_cpu_seconds
 from report import NA, Row, ms, ratio, rps, verdict
 
 ATTEMPTS = 3  # per round, while other processes take more than noise.FOREIGN_LIMIT
@@ -79,9 +79,9 @@ def wait_idle(pid: int, timeout: float = 10.0) -> None:
     """Return once the process has finished what earlier rounds left it (< 5 % of a core)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        before = cpu_seconds(pid)
+        before = tree_cpu_seconds(pid)
         time.sleep(0.2)
-        if cpu_seconds(pid) - before <= 0.01:  # one clock tick in 0.2 s
+        if tree_cpu_seconds(pid) - before <= 0.01:  # one clock tick in 0.2 s
             return
 
 
@@ -92,9 +92,9 @@ def measure_once(target: Target, spec: LoadSpec) -> Round:
     meter = Meter()
     if target.pid is None:
         return Round(drive(spec), None, meter.foreign_cores())
-    before = cpu_seconds(target.pid)
+    before = tree_cpu_seconds(target.pid)
     result = drive(spec)
-    used = cpu_seconds(target.pid) - before
+    used = tree_cpu_seconds(target.pid) - before
     return Round(result, used * 1000 / max(1, result.sent), meter.foreign_cores())
 
 

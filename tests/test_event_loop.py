@@ -40,8 +40,11 @@ def test_the_loop_serves_a_mutation_journaled_and_rolled_back(
         assert report["state"] in ("rolled_back", "rollback_incomplete"), report
         assert len(report["steps"]) == 1
     finally:
-        assert up.stop() == 0
+        assert up.stop() == 0  # the agent's keep-alive connection is still open
     assert any(x.method == "POST" and x.path == "/items" for x in received(tls_upstream))
+    # Stopping with agent connections open is routine: no error, no traceback.
+    assert "Traceback" not in "".join(up.output), "".join(up.output)
+    assert " ERROR " not in "".join(up.output), "".join(up.output)
 
 
 def test_an_unknown_loop_is_refused_with_a_message(tmp_path: Path) -> None:

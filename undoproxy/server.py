@@ -284,10 +284,20 @@ def cli_command() -> str:
     return shlex.quote(shown)
 
 
+def _quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's handler of errors nobody awaited, minus cancellations: on Python 3.11 the
+    streams' connection callback reports each agent connection still open at shutdown (its
+    handler task was cancelled) as an error with a traceback; a cancellation is never one."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
+
+
 async def serve(config: Config) -> None:
     """Run until SIGINT/SIGTERM; the journal is flushed before returning."""
-    running = await start(config)
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_quiet_cancellations)  # before mitmproxy saves the loop's own
+    running = await start(config)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, running.master.shutdown)
     # Only once a signal stops us cleanly: whoever waits for the banner may stop us at once.

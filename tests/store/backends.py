@@ -27,7 +27,8 @@ from undoproxy.store.postgres import schema as pg_schema
 from undoproxy.store.postgres.journal import PgJournal
 from undoproxy.store.postgres.verify import verify as pg_verify
 from undoproxy.store.postgres.writer import PgWriter
-from undoproxy.store.writer import JournalWriter, Writer
+from undoproxy.store.sqlite_writer import JournalWriter
+from undoproxy.store.writer import QueuedWriter as Writer
 
 
 class StoreUnderTest(Protocol):
@@ -92,7 +93,7 @@ class SqliteStore:
         read = await schema.connect(self.path)
         read.row_factory = aiosqlite.Row
         journal = Journal(
-            JournalWriter(schema.connect_sync(self.path, busy_timeout_ms=lock_wait_ms)),
+            JournalWriter(self.path, busy_timeout_ms=lock_wait_ms),
             read,
             EventBus(),
         )
@@ -102,7 +103,7 @@ class SqliteStore:
     async def writer(self, *, lock_wait_ms: int | None, timeout: float) -> Writer:
         await (await Journal.open(self.path)).close()
         wait = 600_000 if lock_wait_ms is None else lock_wait_ms
-        w = JournalWriter(schema.connect_sync(self.path, busy_timeout_ms=wait), timeout=timeout)
+        w = JournalWriter(self.path, busy_timeout_ms=wait, timeout=timeout)
         w.start()
         return w
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from undoproxy.store import lock
+from undoproxy.store import lock, sqlite_child
 from undoproxy.store.journal import Journal
 from undoproxy.store.lock import JournalInUse, JournalLock
 from undoproxy.store.records import Session, Step
@@ -73,9 +73,14 @@ async def test_an_existing_world_readable_journal_is_made_private(
 async def test_the_write_connection_fsyncs_every_commit(tmp_path: Path) -> None:
     journal = await Journal.open(tmp_path / "journal.db")
     try:
-        conn = journal.writer._conn  # the writer's own connection, idle here
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        await write_one_step(journal)  # the writer process is up and has the journal open
+        # The connection the writer process commits through, opened as it opens it.
+        conn = sqlite_child.open_batches(tmp_path / "journal.db", 2000).conn
+        try:
+            assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        finally:
+            conn.close()
     finally:
         await journal.close()
 

@@ -16,7 +16,7 @@ import pytest
 from tests.store.backends import StoreUnderTest
 from undoproxy.errors import JournalError
 from undoproxy.store.records import Session, Step
-from undoproxy.store.writer import Writer
+from undoproxy.store.writer import QueuedWriter as Writer
 
 INSERT_SESSION = (
     "INSERT INTO sessions (id, token, state, created_at, updated_at) VALUES (?, ?, ?, 0, 0)"

@@ -1,19 +1,20 @@
 """The journal: its interface (`base.Store`) and two stores behind it, picked by `factory`
 from the config — SQLite for one process (`store.path`: `schema`, the one write path
-`writer`, `journal`, the one-process-per-journal `lock`) and PostgreSQL for any number of
-replicas (`store.url`: the `postgres` package, whose writer shares the queue of `writer`);
+`sqlite_writer` with its writer process `sqlite_child`, `journal`, the one-process-per-journal
+`lock`) and PostgreSQL for any number of replicas (`store.url`: the `postgres` package); both
+writers share the queue, group commit and withdrawal of `writer`;
 the records (`records`), approvals (`approvals`) and the hash chain (`chain`) serve both.
 
 Which writes are awaited — the one rule every call site follows:
 
-- **Awaited** (`JournalWriter.write`, `Journal.write_ahead`, `Journal.update_now`,
+- **Awaited** (`QueuedWriter.write`, `Journal.write_ahead`, `Journal.update_now`,
   `Journal.set_session_state`): anything a later decision depends on. A mutation's write-ahead
   row (committed before the request is forwarded), an approval (before its agent waits on it)
   and a decision to approve it, a step's `compensating` mark (committed before its
   compensation is sent), a compensation's result, every change of a session's state. The
   caller acts only once the row is committed and fsync'd; on JournalError it does not act
   (the request is not forwarded, the compensation is not sent).
-- **Batched** (`JournalWriter.submit`, `Journal.record`, `Journal.update`,
+- **Batched** (`QueuedWriter.submit`, `Journal.record`, `Journal.update`,
   `Journal.add_session`): reads, requests undoproxy answered itself, progress such as a
   mutation's outcome after its response. Losing one in a crash leaves a state that is
   already safe: a step still `pending` becomes `unknown` at restart and rollback reads the

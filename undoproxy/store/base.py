@@ -34,7 +34,7 @@ class Busy(UndoproxyError):
 
 
 class Writer(Protocol):
-    """The one write path (`writer.Writer`): awaited and batched writes, in order."""
+    """The one write path (`writer.QueuedWriter`): awaited and batched writes, in order."""
 
     failures: int
     withdrawn: int

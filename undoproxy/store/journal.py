@@ -27,7 +27,8 @@ from undoproxy.events import EventBus
 from undoproxy.store import schema
 from undoproxy.store.lock import JournalLock
 from undoproxy.store.records import STEP_COLUMNS, Session, Step, encode_fields
-from undoproxy.store.writer import JournalWriter, Writer
+from undoproxy.store.sqlite_writer import JournalWriter
+from undoproxy.store.writer import QueuedWriter
 
 _INSERT_STEP = (
     f"INSERT INTO steps ({', '.join(STEP_COLUMNS)}) "
@@ -60,7 +61,7 @@ class Journal:
 
     def __init__(
         self,
-        writer: Writer,
+        writer: QueuedWriter,
         read_conn: aiosqlite.Connection | None,
         events: EventBus,
         lock: JournalLock | None = None,
@@ -96,7 +97,7 @@ class Journal:
                 await schema.migrate(setup)
             finally:
                 await setup.close()
-            writer = JournalWriter(schema.connect_sync(path))
+            writer = JournalWriter(path)
             writer.start()
             await _recover_writes(writer)
             read_conn = await schema.connect(path)
@@ -317,7 +318,7 @@ class Journal:
             return [dict(r) for r in await cur.fetchall()]
 
 
-async def _recover_writes(writer: JournalWriter) -> None:
+async def _recover_writes(writer: QueuedWriter) -> None:
     """After a crash: what was in flight has an unknown outcome; a rollback did not finish.
 
     Written through the writer like every other change, so the rows it changes are chained.

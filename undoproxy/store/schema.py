@@ -154,7 +154,7 @@ async def connect(path: Path, *, busy_timeout_ms: int = 2000) -> aiosqlite.Conne
 
 
 def connect_sync(path: Path, *, busy_timeout_ms: int = 2000) -> sqlite3.Connection:
-    """A plain connection for the journal writer's own thread (see writer.py)."""
+    """A plain connection, for the journal's writer process (see sqlite_child.py)."""
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     for pragma in PRAGMAS:

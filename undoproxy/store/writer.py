@@ -1,15 +1,17 @@
 """The one write path to the journal.
 
-Every write goes through the journal's writer: `JournalWriter` here on SQLite, `postgres.writer.
-PgWriter` on PostgreSQL. Both are a `Writer`, which holds what callers see: `submit()` queues a
-write nobody waits for, `await write()` returns only once the row is committed and fsync'd (a
-failure raises JournalError, and the caller must not act on it: a mutation is not forwarded).
-Which writes are awaited is the rule at the top of `undoproxy.store`.
+Every write goes through the journal's writer: `sqlite_writer.JournalWriter` on SQLite,
+`postgres.writer.PgWriter` on PostgreSQL. Both are a `QueuedWriter`, which holds what callers
+see: `submit()` queues a write nobody waits for, `await write()` returns only once the row is
+committed and fsync'd (a failure raises JournalError, and the caller must not act on it: a
+mutation is not forwarded). Which writes are awaited is the rule at the top of
+`undoproxy.store`; a backend says only how a batch is committed (`_commit`).
 
-Writes are committed in whole batches, one transaction each (group commit): while one batch is
-being written and fsync'd, the next one gathers, so many concurrent write-aheads share one
-fsync. Order is preserved: a row submitted before another is committed in the same transaction
-or an earlier one, so an awaited write also makes durable everything queued before it.
+A single task drains the queue and commits whole batches in one transaction (group commit):
+while one batch is being written and fsync'd, the next one gathers, so many concurrent
+write-aheads share one fsync. Order is preserved: a row submitted before another is committed
+in the same transaction or an earlier one, so an awaited write also makes durable everything
+queued before it.
 
 A write that gives up is withdrawn, and the caller's answer always matches the database:
 - still queued when its `timeout` runs out (or its caller is cancelled): it is withdrawn, the
@@ -18,18 +20,8 @@ A write that gives up is withdrawn, and the caller's answer always matches the d
   caller keeps waiting for the real outcome and is told the truth, committed or not. The wait
   is bounded by the database's busy timeout (another process holding the write lock) plus the
   disk.
-An op moves from queued to executing, or to withdrawn, under one lock (`Writer._claim`,
-`Writer._withdraw_queued`), so it is either withdrawn or executed, never both.
-
-SQLite (`JournalWriter`): the writer is a thread of its own with a plain sqlite3 connection.
-Callers on the event loop hand it ops through a thread-safe queue; it takes whatever gathered
-while it was busy as the next batch, runs it (consecutive rows of one statement via
-executemany) and commits, then wakes the loop once to settle the whole batch. No asyncio task
-or executor stands between a write-ahead and its commit: the loop pays one queue put per write
-and one callback per batch. Every row a batch inserts into or updates in `steps`, `sessions`
-or `approvals` appends its hash-chain entry in the same transaction: the writer's connection
-carries the chain's triggers (`chain.install`), so the entry is computed from the row as
-committed, whatever the statement (see `chain`).
+Both decisions are taken on the event loop, where the writer also moves ops from the queue
+into a batch, so an op is either withdrawn or executed, never both.
 
 Batched writes with nobody waiting may linger up to LINGER seconds for company, so that a
 mutation's outcome shares the next write-ahead's commit; an awaited write ends the wait at once.
@@ -41,16 +33,11 @@ import asyncio
 import contextlib
 import enum
 import logging
-import queue
-import sqlite3
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from undoproxy.errors import JournalError
-from undoproxy.store import chain
 
 log = logging.getLogger(__name__)
 Params = Sequence[Any] | Mapping[str, Any]
@@ -76,31 +63,26 @@ class _Op:
     error: BaseException | None = None  # why it was not committed
 
 
-class Writer:
-    """What every backend's writer shares: submit, awaited writes with their timeout and
-    withdrawal, and how a batch's outcome reaches its callers. A backend queues ops
-    (`_enqueue`), runs batches of them and settles each one (`_settle`)."""
+class QueuedWriter:
+    """The queue, group commit, withdrawal and timeouts every backend's writer shares; a
+    backend commits a batch (`_commit`, or `_execute` for one transaction) and closes."""
 
     def __init__(self, *, timeout: float = 5.0) -> None:
+        self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._urgent = asyncio.Event()  # someone waits for a commit: stop lingering
         self._timeout = timeout
-        self._lock = threading.Lock()  # queued -> executing | withdrawn, never both
         self.failures = 0  # submitted writes that were lost (logged)
         self.withdrawn = 0  # awaited writes that gave up before they were executed
         self.executing = 0  # ops in the batch the database is working on now
 
-    # --- what callers use ------------------------------------------------------------------
-
     def start(self) -> None:
-        """Start writing (in the running loop)."""
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        """Commit what is queued, then stop."""
-        raise NotImplementedError
+        """Start the writer task (in the running loop)."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="journal-writer")
 
     def submit(self, sql: str, params: Params = ()) -> None:
         """Queue a write that nobody waits for (reads, progress); failures are logged, counted."""
-        self._enqueue(_Op(sql, params, None))
+        self._queue.put_nowait(_Op(sql, params, None))
 
     async def write(self, sql: str, params: Params = ()) -> Any:
         """Queue a write and wait until it is committed and fsync'd.
@@ -111,16 +93,19 @@ class Writer:
         `timeout` seconds (then it is withdrawn and never committed later). A write already
         executing when the timeout runs out is waited for, and its real outcome reported.
         """
-        if not self._running():
+        if self._task is None or self._task.done():
             raise JournalError("the journal writer is not running")
         loop = asyncio.get_running_loop()
-        op = _Op(sql, params, loop.create_future())
-        self._enqueue(op)
+        done: asyncio.Future[Any] = loop.create_future()
+        op = _Op(sql, params, done)
+        self._queue.put_nowait(op)
+        self._urgent.set()
         timer = loop.call_later(self._timeout, self._expire, op)
         try:
-            return await op.done  # type: ignore[misc]
+            return await done
         except asyncio.CancelledError:
-            self._withdraw_queued(op, "its caller was cancelled")
+            if op.state is _State.QUEUED:
+                self._withdraw(op, "its caller was cancelled")
             raise
         finally:
             timer.cancel()
@@ -129,12 +114,26 @@ class Writer:
         """Wait until everything queued so far is committed (or has failed)."""
         await self.write("SELECT 1")
 
+    async def close(self) -> None:
+        """Commit what is queued, then stop."""
+        if self._task is None:
+            return
+        self._queue.put_nowait(None)
+        self._urgent.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+        await self._close()
+
     # --- what a backend provides -----------------------------------------------------------
 
-    def _enqueue(self, op: _Op) -> None:
+    async def _close(self) -> None:
+        """Close the backend's connection (the queue is drained)."""
         raise NotImplementedError
 
-    def _running(self) -> bool:
+    async def _execute(self, batch: list[_Op]) -> None:
+        """Execute a batch in one transaction, setting each op's `result`; raise on failure
+        (nothing of the batch is then committed). Used by the default `_commit`."""
         raise NotImplementedError
 
     @staticmethod
@@ -142,29 +141,31 @@ class Writer:
         """True when `exc` concerns the database, not one statement (no row-by-row retry)."""
         return False
 
-    # --- shared mechanics ------------------------------------------------------------------
-
-    def _claim(self, ops: list[_Op]) -> list[_Op]:
-        """The ops still queued, now executing (a withdrawn one is skipped)."""
-        with self._lock:
-            batch = [op for op in ops if op.state is _State.QUEUED]
+    async def _commit(self, batch: list[_Op]) -> None:
+        """Commit the batch, setting each op's `error` when it was not committed: in one
+        transaction; when that fails for one statement's sake, row by row."""
+        try:
+            await self._execute(batch)
+        except Exception as exc:
+            if self._database_failed(exc):
+                # Locked, disk full, connection lost: row by row would only fail alike.
+                for op in batch:
+                    op.error = exc
+                return
+            # One bad row must not sink the others: retry them one by one.
+            log.warning("journal batch of %d failed (%s); retrying row by row", len(batch), exc)
             for op in batch:
-                op.state = _State.EXECUTING
-        return batch
+                try:
+                    await self._execute([op])
+                except Exception as single:
+                    op.error = single
 
-    def _withdraw_queued(self, op: _Op, why: str) -> bool:
-        """Withdraw `op` if it is still queued (True when it was)."""
-        with self._lock:
-            if op.state is not _State.QUEUED:
-                return False
-            op.state = _State.WITHDRAWN
-        self.withdrawn += 1
-        log.warning("journal write withdrawn (%s): %s", why, _statement(op.sql))
-        return True
+    # --- the mechanics ---------------------------------------------------------------------
 
     def _expire(self, op: _Op) -> None:
         """The timeout of an awaited write: withdraw it if it is still queued."""
-        if self._withdraw_queued(op, f"not taken within {self._timeout:g}s"):
+        if op.state is _State.QUEUED:
+            self._withdraw(op, f"not taken within {self._timeout:g}s")
             assert op.done is not None
             if not op.done.done():
                 op.done.set_exception(
@@ -176,185 +177,63 @@ class Writer:
         elif op.state is _State.EXECUTING:
             log.warning("journal write past its %gs timeout; waiting for the commit", self._timeout)
 
+    def _withdraw(self, op: _Op, why: str) -> None:
+        op.state = _State.WITHDRAWN
+        self.withdrawn += 1
+        log.warning("journal write withdrawn (%s): %s", why, statement(op.sql))
+
+    async def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if (
+                first is not None
+                and first.done is None
+                and not self._urgent.is_set()
+                and self._queue.qsize() < BATCH_MAX
+            ):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), LINGER)
+            self._urgent.clear()  # before draining: a write queued after the drain sets it again
+            batch: list[_Op] = []
+            if first is None:
+                stopping = True
+            elif first.state is _State.QUEUED:
+                batch.append(first)
+            while len(batch) < BATCH_MAX and not self._queue.empty():
+                op = self._queue.get_nowait()
+                if op is None:
+                    stopping = True
+                    break
+                if op.state is _State.QUEUED:
+                    batch.append(op)
+            if batch:
+                for op in batch:  # from here on the op cannot be withdrawn (see the docstring)
+                    op.state = _State.EXECUTING
+                self.executing = len(batch)
+                await self._commit(batch)
+                self.executing = 0
+                self._settle(batch)
+
     def _settle(self, batch: list[_Op]) -> None:
-        """Tell each op's caller its outcome (on the event loop)."""
+        """Tell each op's caller its outcome."""
         for op in batch:
             if op.error is None:
                 if op.done is not None and not op.done.done():
                     op.done.set_result(op.result)
             elif op.done is not None:
                 if not op.done.done():
-                    op.done.set_exception(JournalError(f"journal write failed: {op.error}"))
+                    op.done.set_exception(JournalError(f"journal write failed: {reason(op.error)}"))
             else:
                 self.failures += 1
-                log.error("journal write lost: %s (%s)", op.error, _statement(op.sql))
+                log.error("journal write lost: %s (%s)", reason(op.error), statement(op.sql))
 
 
-class JournalWriter(Writer):
-    """The SQLite writer: owns the write connection (of a migrated journal) on its own thread;
-    start() it in the running loop, close() drains and stops."""
-
-    def __init__(self, conn: sqlite3.Connection, *, timeout: float = 5.0) -> None:
-        super().__init__(timeout=timeout)
-        # Hashes each transaction's new chain entries before its COMMIT (a stand-in that returns
-        # None, bench/nochain.py's baseline, leaves nothing to hash).
-        seal: Callable[[], None] | None = chain.install(conn)
-        self._seal_chain: Callable[[], None] = seal if seal is not None else _nothing
-        self._conn = conn
-        self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped: asyncio.Future[None] | None = None
-
-    def start(self) -> None:
-        """Start the writer thread; its batches are settled on the running loop."""
-        self._loop = asyncio.get_running_loop()
-        self._stopped = self._loop.create_future()
-        self._thread = threading.Thread(target=self._work, name="journal-writer", daemon=True)
-        self._thread.start()
-
-    async def close(self) -> None:
-        """Commit what is queued, stop the thread and close the connection."""
-        if self._thread is None or self._stopped is None:
-            return
-        self._ops.put(None)
-        await asyncio.shield(self._stopped)
-        self._thread.join()
-        self._thread = None
-
-    def _enqueue(self, op: _Op) -> None:
-        self._ops.put(op)
-
-    def _running(self) -> bool:
-        return self._thread is not None and self._stopped is not None and not self._stopped.done()
-
-    @staticmethod
-    def _database_failed(exc: Exception) -> bool:
-        return _database_failed(exc)
-
-    # --- on the writer's thread ------------------------------------------------------------
-
-    def _work(self) -> None:
-        try:
-            stopping = False
-            while not stopping:
-                ops, stopping = self._gather()
-                batch = self._claim(ops)
-                if batch:
-                    self.executing = len(batch)
-                    self._commit(batch)
-                    self.executing = 0
-                    self._call_loop(self._settle, batch)
-        finally:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._call_loop(_set_done, self._stopped)
-
-    def _gather(self) -> tuple[list[_Op], bool]:
-        """The next batch's ops (waiting for the first), and whether to stop after it."""
-        first = self._ops.get()
-        if first is None:
-            return [], True
-        ops = [first]
-        if first.done is None:  # nobody waits for it: linger for company, unless someone waits
-            deadline = time.monotonic() + LINGER
-            while len(ops) < BATCH_MAX and (left := deadline - time.monotonic()) > 0:
-                try:
-                    op = self._ops.get(timeout=left)
-                except queue.Empty:
-                    break
-                if op is None:
-                    return ops, True
-                ops.append(op)
-                if op.done is not None:
-                    break
-        while len(ops) < BATCH_MAX:
-            try:
-                op = self._ops.get_nowait()
-            except queue.Empty:
-                break
-            if op is None:
-                return ops, True
-            ops.append(op)
-        return ops, False
-
-    def _commit(self, batch: list[_Op]) -> None:
-        """Execute and commit the batch, setting each op's `error` when it was not committed."""
-        try:
-            self._execute(batch)
-        except Exception as exc:
-            if self._database_failed(exc):
-                # Locked, disk full, I/O error: retrying row by row would only wait out the
-                # busy timeout once per row, and fail the same way.
-                for op in batch:
-                    op.error = exc
-                return
-            # One bad row must not sink the others: retry them one by one.
-            log.warning("journal batch of %d failed (%s); retrying row by row", len(batch), exc)
-            for op in batch:
-                try:
-                    self._execute([op])
-                except Exception as single:
-                    op.error = single
-
-    def _execute(self, batch: list[_Op]) -> None:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            i = 0
-            while i < len(batch):
-                j = i + 1
-                while j < len(batch) and batch[j].sql == batch[i].sql:
-                    j += 1
-                if j - i == 1:
-                    conn.execute(batch[i].sql, batch[i].params)
-                else:
-                    conn.executemany(batch[i].sql, [op.params for op in batch[i:j]])
-                i = j
-            self._seal_chain()
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(Exception):
-                conn.execute("ROLLBACK")
-            raise
-
-    def _call_loop(self, func: Callable[..., None], *args: Any) -> None:
-        assert self._loop is not None
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is left to tell
-            self._loop.call_soon_threadsafe(func, *args)
+def reason(exc: BaseException) -> str:
+    """What went wrong, never empty (a TimeoutError's text is)."""
+    return str(exc) or type(exc).__name__
 
 
-# SQLite's primary result codes that concern the database file, not one statement.
-_DATABASE_ERRORS = frozenset(
-    {
-        sqlite3.SQLITE_BUSY,
-        sqlite3.SQLITE_LOCKED,
-        sqlite3.SQLITE_NOMEM,
-        sqlite3.SQLITE_READONLY,
-        sqlite3.SQLITE_IOERR,
-        sqlite3.SQLITE_CORRUPT,
-        sqlite3.SQLITE_FULL,
-        sqlite3.SQLITE_CANTOPEN,
-        sqlite3.SQLITE_PROTOCOL,
-        sqlite3.SQLITE_NOTADB,
-    }
-)
-
-
-def _database_failed(exc: Exception) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and (code & 0xFF) in _DATABASE_ERRORS
-
-
-def _statement(sql: str) -> str:
+def statement(sql: str) -> str:
     """The start of a statement, for logs (never its parameters)."""
     return sql.split("(")[0].strip()[:60]
-
-
-def _set_done(future: asyncio.Future[None] | None) -> None:
-    if future is not None and not future.done():
-        future.set_result(None)
-
-
-def _nothing() -> None:
-    """No chain to seal."""

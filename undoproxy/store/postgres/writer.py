@@ -1,8 +1,8 @@
 """The one write path to a PostgreSQL journal, and the hash chain written with it.
 
-Withdrawal and timeouts are every writer's (`undoproxy.store.writer.Writer`), group commit on
-the event loop is `batching.QueuedWriter`'s; a batch runs here in one PostgreSQL transaction on
-the writer's own connection. A write is durable once its transaction has committed (PostgreSQL's
+The queue, group commit, withdrawal and timeouts are every writer's (`QueuedWriter`, see
+`undoproxy.store.writer`); a batch runs here in one PostgreSQL transaction on the writer's own
+connection. A write is durable once its transaction has committed (PostgreSQL's
 `synchronous_commit`, on by default, flushes the WAL first).
 
 The hash chain (`undoproxy.store.chain`): PostgreSQL has no Python triggers, so the writer
@@ -28,10 +28,9 @@ from typing import Any
 import asyncpg
 
 from undoproxy.store import chain
-from undoproxy.store.postgres.batching import QueuedWriter
 from undoproxy.store.postgres.schema import CHAIN
 from undoproxy.store.postgres.sql import changed_table, translate
-from undoproxy.store.writer import _Op
+from undoproxy.store.writer import QueuedWriter, _Op
 
 log = logging.getLogger(__name__)
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
