@@ -349,8 +349,8 @@ def test_a_rollback_started_on_a_restores_the_upstream_and_b_refuses_a_second_on
         made_b = agent.post(f"{server.base_url}/items", json={"name": "via b"})
         assert made_b.status_code == 201, made_b.text
     assert state.items != before
-    # (A step's outcome is journaled just after the agent has its answer: a rollback on another
-    # replica before it has heard of it would report that step still in flight.)
+    # (A step's outcome is journaled just after the agent has its answer; a rollback on another
+    # replica would wait for it, but this test compares A's view of the session first.)
     until(
         lambda: [s["status"] for s in a.steps(session)] == ["succeeded"] * 3,
         what="A sees the session's 3 steps succeeded",

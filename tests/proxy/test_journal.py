@@ -4,9 +4,11 @@ real undoproxy journaling to SQLite (`[sqlite]`) and to PostgreSQL (`[postgres]`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,41 +145,74 @@ def test_unreachable_upstream_is_journaled_as_failed(journaled: Undoproxy, sessi
     assert row["status"] == "failed" and row["error"]
 
 
-@pytest.fixture
-def own_proxy(tmp_path: Path) -> Undoproxy:
-    instance = Undoproxy(tmp_path).start()
-    yield instance  # type: ignore[misc]
-    instance.stop()
-
-
-def test_a_mutation_that_cannot_be_journaled_is_answered_503_and_not_forwarded_sqlite(
-    own_proxy: Undoproxy, plain_upstream: ThreadedServer, session_id: str
-) -> None:
-    """SQLite only: its busy timeout bounds the wait for the lock. On PostgreSQL a write-ahead
-    blocked by a lock inside the database is answered 503 only at the writer connection's
-    command timeout (60 s), too long for a test."""
-    marker = uuid.uuid4().hex
-    with own_proxy.agent(session_id) as s:
-        s.get(f"{plain_upstream.base_url}/echo/warmup").raise_for_status()
-        own_proxy.api("GET", f"/api/sessions/{session_id}")
-        # Another process holds the database's write lock: undoproxy cannot write ahead.
-        locker = sqlite3.connect(own_proxy.dir / "journal.db", isolation_level=None)
+@contextlib.contextmanager
+def database_locked(proxy: Undoproxy) -> Iterator[None]:
+    """Another program holds the journal so that undoproxy cannot write to it (SQLite: the
+    database's write lock; PostgreSQL: a lock on `steps` that blocks every write to it)."""
+    url = _url(proxy)
+    if url is None:
+        locker = sqlite3.connect(proxy.dir / "journal.db", isolation_level=None)
         locker.execute("BEGIN EXCLUSIVE")
         try:
-            r = s.post(f"{plain_upstream.base_url}/echo/{marker}", json={"charge": 100})
+            yield
         finally:
             locker.execute("ROLLBACK")
             locker.close()
-        assert r.status_code == 503
-        assert r.json()["error"] == "undoproxy_journal_unavailable"
-        assert not any(marker in rec.path for rec in received(plain_upstream))
-        # Once the journal is writable again, mutations flow and are journaled.
-        ok = s.post(f"{plain_upstream.base_url}/echo/{marker}-again", json={"charge": 100})
-    assert ok.status_code == 200
-    statuses = [
-        st["status"] for st in own_proxy.api("GET", f"/api/sessions/{session_id}").json()["steps"]
-    ]
-    assert statuses[-1] == "succeeded"
+        return
+    locked, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            async with conn.transaction():
+                await conn.execute("LOCK TABLE steps IN EXCLUSIVE MODE")
+                locked.set()
+                await asyncio.get_running_loop().run_in_executor(None, release.wait)
+        finally:
+            await conn.close()
+
+    holder = threading.Thread(target=asyncio.run, args=(hold(),))
+    holder.start()
+    try:
+        assert locked.wait(30), "could not lock the journal"
+        yield
+    finally:
+        release.set()
+        holder.join(30)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_mutation_that_cannot_be_journaled_is_answered_503_and_not_forwarded(
+    store: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    plain_upstream: ThreadedServer,
+    session_id: str,
+) -> None:
+    """The wait for the lock is bounded: SQLite's busy timeout (2 s), PostgreSQL's
+    lock_timeout on the writer's connection (5 s)."""
+    own_proxy = Undoproxy(tmp_path, store_config(store, request)).start(timeout=60)
+    marker = uuid.uuid4().hex
+    try:
+        with own_proxy.agent(session_id) as s:
+            s.get(f"{plain_upstream.base_url}/echo/warmup").raise_for_status()
+            own_proxy.api("GET", f"/api/sessions/{session_id}")
+            with database_locked(own_proxy):  # undoproxy cannot write ahead
+                r = s.post(f"{plain_upstream.base_url}/echo/{marker}", json={"charge": 100})
+            assert r.status_code == 503
+            assert r.json()["error"] == "undoproxy_journal_unavailable"
+            assert not r.json()["detail"].rstrip().endswith(":"), r.json()  # says why
+            assert not any(marker in rec.path for rec in received(plain_upstream))
+            # Once the journal is writable again, mutations flow and are journaled.
+            ok = s.post(f"{plain_upstream.base_url}/echo/{marker}-again", json={"charge": 100})
+        assert ok.status_code == 200
+        statuses = [s["status"] for s in own_proxy.steps(session_id)]
+        assert statuses[-1] == "succeeded"
+        # Refused means not written: no row of the refused request ever appears.
+        urls = [row["url"] for row in journal_rows(own_proxy, session_id)]
+        assert not any(u.endswith(f"/echo/{marker}") for u in urls), urls
+    finally:
+        own_proxy.stop()
 
 
 @pytest.mark.parametrize("store", STORES)

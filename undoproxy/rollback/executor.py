@@ -133,7 +133,8 @@ class Rollback:
                     # The session takes no more mutations now; those already on their way
                     # upstream are waited for, so that each is undone, not left in place.
                     await self.inflight.drained(session_id)
-                    await self.journal.writer.flush()
+                await self.journal.settled(session_id)  # and those other replicas sent
+                await self.journal.writer.flush()
             steps = await self.journal.steps(session_id, mutations_only=True)
             run = RunState(force, dry_run, locks=session_locks(steps))
             results: list[StepResult] = []

@@ -119,6 +119,9 @@ class Store(Protocol):
     def exclusive(self, session_id: str) -> AbstractAsyncContextManager[None]:
         """Held while a session is rolled back; Busy when held elsewhere."""
 
+    async def settled(self, session_id: str) -> None:
+        """Return once no other process has a mutation of the session on its way."""
+
     async def claim_key(self, fingerprint: str) -> None:
         """Refuse (UndoproxyError) a credentials key other than the journal's."""
 

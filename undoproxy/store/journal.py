@@ -152,6 +152,10 @@ class Journal:
         """Check the credentials key against the one the journal was started with (shared
         journals: raises UndoproxyError on a mismatch); nothing to check for one process."""
 
+    async def settled(self, session_id: str) -> None:
+        """Return once no other process still has a mutation of the session on its way (a
+        shared journal); this process's own are counted by `InFlight`."""
+
     async def find_session(self, session_id: str) -> Session | None:
         """The session with this id, also when another process created it a moment ago."""
         return self.sessions.get(session_id)

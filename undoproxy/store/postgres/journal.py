@@ -16,6 +16,7 @@ changes when other processes share the store:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -41,6 +42,12 @@ from undoproxy.store.records import Session
 
 log = logging.getLogger(__name__)
 KEY_SETTING = "credentials_key_sha256"
+
+
+# The writer's connection: a write blocked on a lock (someone's LOCK TABLE, a stuck replica's
+# chain lock) fails after 5 s, so that its request is answered 503 then, not after minutes.
+WRITER_CONNECTION: dict[str, Any] = {"command_timeout": 60, "lock_timeout_ms": 5000}
+SETTLE = 10.0  # how long a rollback waits for another replica's mutation still in flight
 
 
 class PgJournal(Journal):
@@ -96,8 +103,8 @@ class PgJournal(Journal):
             ):
                 raise UndoproxyError(f"another replica named {replica!r} is running")
             writer = PgWriter(
-                await schema.connect(url, replica, command_timeout=60),
-                lambda: schema.connect(url, replica, command_timeout=60),
+                await schema.connect(url, replica, **WRITER_CONNECTION),
+                lambda: schema.connect(url, replica, **WRITER_CONNECTION),
             )
             writer.start()
             pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
@@ -193,6 +200,22 @@ class PgJournal(Journal):
                     )
         finally:
             await conn.close()
+
+    async def settled(self, session_id: str) -> None:
+        """Wait (up to SETTLE seconds) until no other replica has a mutation of the session
+        still `pending`: forwarded, its outcome about to be committed over there (its agent
+        may have its answer already). What a dead replica left is the sweep's to settle
+        (`unknown`); what is still pending after SETTLE is reported still in flight."""
+        deadline = time.monotonic() + SETTLE
+        while True:
+            rows = await self.query(
+                "SELECT count(*) AS n FROM steps "
+                "WHERE session_id=? AND status='pending' AND replica<>?",
+                (session_id, self.replica),
+            )
+            if not rows[0]["n"] or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(0.05)
 
     async def claim_key(self, fingerprint: str) -> None:
         """The first replica records its key's fingerprint; a replica with another refuses."""

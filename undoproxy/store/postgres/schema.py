@@ -133,13 +133,15 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
 )
 
 
-async def connect(url: str, replica: str, **kwargs: Any) -> asyncpg.Connection:
-    """A connection whose inserts into `steps` and `approvals` name `replica`."""
-    conn: asyncpg.Connection = await asyncpg.connect(
-        url,
-        server_settings={"application_name": f"undoproxy {replica}"[:63]},
-        **kwargs,
-    )
+async def connect(
+    url: str, replica: str, *, lock_timeout_ms: int | None = None, **kwargs: Any
+) -> asyncpg.Connection:
+    """A connection whose inserts into `steps` and `approvals` name `replica`; with
+    `lock_timeout_ms`, a statement waiting longer than that for a lock fails."""
+    settings = {"application_name": f"undoproxy {replica}"[:63]}
+    if lock_timeout_ms is not None:
+        settings["lock_timeout"] = str(lock_timeout_ms)
+    conn: asyncpg.Connection = await asyncpg.connect(url, server_settings=settings, **kwargs)
     await conn.execute("SELECT set_config('undoproxy.replica', $1, false)", replica)
     return conn
 
