@@ -18,11 +18,13 @@ from undoproxy.store.records import SESSION_STATES, Session
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._~-]{1,128}$")
 
 
-def _session(request: web.Request) -> Session:
-    ctx = request.app[CONTEXT]
-    session = ctx.journal.sessions.get(request.match_info["id"])
+async def session_or_404(request: web.Request) -> Session:
+    """The session the URL names (`{id}`), also one another replica created a moment ago;
+    404 when there is none."""
+    session_id = request.match_info["id"]
+    session = await request.app[CONTEXT].journal.find_session(session_id)
     if session is None:
-        raise ApiError(404, "not_found", f"no session {request.match_info['id']!r}")
+        raise ApiError(404, "not_found", f"no session {session_id!r}")
     return session
 
 
@@ -127,7 +129,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 async def show_session(request: web.Request) -> web.Response:
     """A session with every step it made, reads included, in order."""
     ctx = request.app[CONTEXT]
-    session = _session(request)
+    session = await session_or_404(request)
     await ctx.journal.writer.flush()
     steps = await ctx.journal.steps(session.id)
     counts = {"steps": len(steps), "mutations": sum(s.is_mutation for s in steps)}
@@ -139,7 +141,7 @@ async def show_session(request: web.Request) -> web.Response:
 async def commit_session(request: web.Request) -> web.Response:
     """Close a session: its steps stay as they are; rollback is refused from now on."""
     ctx = request.app[CONTEXT]
-    session = _session(request)
+    session = await session_or_404(request)
     if session.state == "committed":
         return web.json_response(session_json(session))
     if session.state != "open":
@@ -155,7 +157,7 @@ async def commit_session(request: web.Request) -> web.Response:
 async def export_session(request: web.Request) -> web.StreamResponse:
     """The session's steps as JSON lines, HAR, CSV or Markdown, secrets redacted."""
     ctx = request.app[CONTEXT]
-    session = _session(request)
+    session = await session_or_404(request)
     fmt = request.query.get("format", "jsonl")
     if fmt not in export.FORMATS:
         raise ApiError(400, "bad_request", f"format must be one of {', '.join(export.FORMATS)}")

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from undoproxy.admin.api import session_or_404
 from undoproxy.admin.context import CONTEXT
 from undoproxy.admin.errors import ApiError, json_body
 from undoproxy.admin.views import session_json, step_json
 from undoproxy.approvals.queue import FROZEN_ALL, FROZEN_SESSION
 from undoproxy.errors import JournalError
 from undoproxy.rollback import fully_rolled_back
-from undoproxy.store.records import Session
 
 # What a person may resolve: steps a rollback could not undo, or whose outcome is unknown.
 RESOLVABLE = ("irreversible", "conflict", "compensation_failed", "unverified", "unknown")
@@ -42,14 +42,6 @@ def _no_fields(body: dict[str, Any]) -> None:
         raise ApiError(400, "bad_request", f"unknown field(s): {', '.join(sorted(body))}")
 
 
-def _session(request: web.Request) -> Session:
-    session_id = request.match_info["id"]
-    session = request.app[CONTEXT].journal.sessions.get(session_id)
-    if session is None:
-        raise ApiError(404, "not_found", f"no session {session_id!r}")
-    return session
-
-
 async def _durably(change: Awaitable[T]) -> T:
     """Await a journal write; 503 when the journal cannot take it (nothing changed)."""
     try:
@@ -62,7 +54,7 @@ async def freeze_session(request: web.Request) -> web.Response:
     """Freeze a session: its mutations are refused, its held requests denied."""
     ctx = request.app[CONTEXT]
     _no_fields(await json_body(request))
-    session = _session(request)
+    session = await session_or_404(request)
     # The switch first, then the queue: a request held from now on is denied as it arrives.
     await _durably(ctx.journal.set_frozen(session.id, True))
     denied = 0
@@ -80,7 +72,7 @@ async def unfreeze_session(request: web.Request) -> web.Response:
     """Unfreeze a session: its mutations go through the rules again."""
     ctx = request.app[CONTEXT]
     _no_fields(await json_body(request))
-    session = _session(request)
+    session = await session_or_404(request)
     await _durably(ctx.journal.set_frozen(session.id, False))
     return web.json_response({**session_json(session), "denied": 0})
 

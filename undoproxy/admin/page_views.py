@@ -335,7 +335,7 @@ def steps_table(steps: list[dict[str, Any]]) -> Markup:
 
 async def timeline_main(journal: Journal, session_id: str) -> Markup | None:
     """A session's timeline, its rollback and freeze buttons (None: no such session)."""
-    session = journal.sessions.get(session_id)
+    session = await journal.find_session(session_id)  # maybe made on another replica
     if session is None:
         return None
     await journal.writer.flush()
