@@ -14,12 +14,12 @@ NULL columns are left out, so a migration that adds a nullable column keeps ever
 (one that adds a column with a non-NULL default must rehash the latest entries).
 
 How entries are written: the journal writer's connection (and no other) carries TEMP triggers
-AFTER INSERT and AFTER UPDATE on the three tables, which append the entry and keep the row's
-NEW values; the writer hashes the transaction's new entries just before its COMMIT
-(`install` returns that step). So every change made through the one write path — a single row, an
-executemany batch or a set-based UPDATE (`WHERE status='held'`) — gets its entry from the
-row exactly as committed, inside the statement that changed it; a rolled-back batch takes its
-entries with it. A connection without the triggers (the sqlite3 CLI, another program) changes
+AFTER INSERT and AFTER UPDATE on the three tables, which keep the row's NEW values and its
+version for the transaction; the writer hashes the transaction's new entries and appends them
+just before its COMMIT (`install` returns that step). So every change made through the one
+write path — a single row, an executemany batch or a set-based UPDATE (`WHERE
+status='held'`) — gets its entry from the row exactly as committed, in the transaction that
+changed it; a rolled-back batch takes its entries with it. A connection without the triggers (the sqlite3 CLI, another program) changes
 rows without entries, which is what `verify` detects.
 
 What `verify` checks (read-only, in one read transaction, so it works while undoproxy runs):
@@ -95,56 +95,61 @@ def install(conn: sqlite3.Connection) -> Callable[[], None]:
     returns `seal`, to be called in each transaction just before its COMMIT.
 
     Call it once on the journal writer's connection, after the migrations: the triggers name
-    the columns the tables have now. A trigger appends the entry (table, row, version) and
-    copies the row as stored into a TEMP table with untyped columns (so every value keeps its
-    type and bytes): plain SQL, no Python inside SQLite's step.
-    `seal` then hashes the transaction's new entries in order, in one pass, from those
-    values: the same canonical form and hash as `verify` computes from the rows. (A Python
-    call per entry from inside the trigger had to win the GIL back from the event loop twice
-    per mutation, and cost 12 % of journaled mutations at 8 clients: bench/README.md.)
+    the columns the tables have now. A trigger copies the row as stored, with its table, id
+    and version, into one TEMP table with untyped columns (so every value keeps its type and
+    bytes): plain SQL, no Python inside SQLite's step. `seal` then reads the transaction's new
+    entries in order, hashes them in one pass (the same canonical form and hash as `verify`
+    computes from the rows) and appends them to `chain` in one statement. (A Python call per
+    entry from inside the trigger had to win the GIL back from the event loop twice per
+    mutation, and cost 12 % of journaled mutations at 8 clients: bench/README.md; the entries
+    are written once, with their hash, and the seal is four statements per transaction.)
     """
     columns = {t: _columns(conn, t) for t in TABLES}
+    width = max(len(names) for names in columns.values())
+    conn.execute("PRAGMA temp_store=MEMORY")  # the entries of one transaction, never a file
+    # Untyped columns: each value is kept exactly as stored (no affinity converts it).
+    conn.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS chain_new (chain_seq INTEGER PRIMARY KEY, tbl, row_id, "
+        f"version, {', '.join(f'c{i}' for i in range(width))})"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS temp.chain_new_row ON chain_new (tbl, row_id)")
     for table, names in columns.items():
-        # Untyped columns: each value is kept exactly as stored (no affinity converts it).
-        conn.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS chain_new_{table} "
-            f"(chain_seq INTEGER PRIMARY KEY, {', '.join(names)})"
-        )
+        into = ", ".join(f"c{i}" for i in range(len(names)))
         new = ", ".join(f"NEW.{n}" for n in names)
-        # An insert is version 1, unless the id was there before (INSERT OR REPLACE).
+        # The row's next version: after its entries of this transaction, else after those of
+        # the chain (an insert is 1, unless the id was there before: INSERT OR REPLACE).
         version = (
-            f"coalesce((SELECT max(version) FROM chain WHERE tbl='{table}' AND row_id=NEW.id), 0)"
-            " + 1"
+            "coalesce((SELECT max(version) FROM temp.chain_new "
+            f"WHERE tbl='{table}' AND row_id=NEW.id), "
+            f"(SELECT max(version) FROM main.chain WHERE tbl='{table}' AND row_id=NEW.id), 0) + 1"
         )
         for event in ("INSERT", "UPDATE"):
             conn.execute(
                 f"CREATE TEMP TRIGGER IF NOT EXISTS chain_{table}_{event.lower()} "
                 f"AFTER {event} ON main.{table} BEGIN "
-                "INSERT INTO chain (tbl, row_id, version, prev_hash, hash) "
-                f"VALUES ('{table}', NEW.id, {version}, '', ''); "
-                f"INSERT INTO chain_new_{table} VALUES (last_insert_rowid(), {new}); END"
+                f"INSERT INTO chain_new (tbl, row_id, version, {into}) "
+                f"VALUES ('{table}', NEW.id, {version}, {new}); END"
             )
 
     def seal() -> None:
-        pending: list[tuple[int, str, tuple[Any, ...]]] = []
-        for table in TABLES:
-            for seq, *values in conn.execute(f"SELECT * FROM temp.chain_new_{table}"):
-                pending.append((seq, table, tuple(values)))
+        pending = conn.execute("SELECT * FROM temp.chain_new ORDER BY chain_seq").fetchall()
         if not pending:
             return
-        pending.sort(key=lambda p: p[0])
-        before = conn.execute(
-            "SELECT hash FROM chain WHERE seq < ? ORDER BY seq DESC LIMIT 1", (pending[0][0],)
-        ).fetchone()
-        prev = str(before[0]) if before else GENESIS
-        hashed = []
-        for seq, table, values in pending:
-            digest = entry_hash(prev, canonical(table, zip(columns[table], values, strict=True)))
-            hashed.append((prev, digest, seq))
+        head = conn.execute("SELECT hash FROM main.chain ORDER BY seq DESC LIMIT 1").fetchone()
+        prev = str(head[0]) if head else GENESIS
+        entries = []
+        for _, table, row_id, version, *values in pending:
+            names = columns[table]
+            row = zip(names, values[: len(names)], strict=True)
+            digest = entry_hash(prev, canonical(table, row))
+            entries.append((table, row_id, version, prev, digest))
             prev = digest
-        conn.executemany("UPDATE chain SET prev_hash=?, hash=? WHERE seq=?", hashed)
-        for table in TABLES:
-            conn.execute(f"DELETE FROM temp.chain_new_{table}")
+        conn.executemany(
+            "INSERT INTO main.chain (tbl, row_id, version, prev_hash, hash) "
+            "VALUES (?, ?, ?, ?, ?)",
+            entries,
+        )
+        conn.execute("DELETE FROM temp.chain_new")
 
     return seal
 

@@ -23,8 +23,10 @@ A write that gives up is withdrawn, and the caller's answer always matches the d
 Both decisions are taken on the event loop, where the writer also moves ops from the queue
 into a batch, so an op is either withdrawn or executed, never both.
 
-Batched writes with nobody waiting may linger up to LINGER seconds for company, so that a
+Batched writes with nobody waiting may linger up to `linger` seconds for company, so that a
 mutation's outcome shares the next write-ahead's commit; an awaited write ends the wait at once.
+(The SQLite writer does not linger: its commits are made by another process, and a write-ahead
+that found the outcome of the request before it in its batch waited for it.)
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class _Op:
 class QueuedWriter:
     """The queue, group commit, withdrawal and timeouts every backend's writer shares; a
     backend commits a batch (`_commit`, or `_execute` for one transaction) and closes."""
+
+    linger = LINGER  # a backend whose commits cost the event loop nothing may say 0
 
     def __init__(self, *, timeout: float = 5.0) -> None:
         self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
@@ -187,13 +191,14 @@ class QueuedWriter:
         while not stopping:
             first = await self._queue.get()
             if (
-                first is not None
+                self.linger
+                and first is not None
                 and first.done is None
                 and not self._urgent.is_set()
                 and self._queue.qsize() < BATCH_MAX
             ):
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._urgent.wait(), LINGER)
+                    await asyncio.wait_for(self._urgent.wait(), self.linger)
             self._urgent.clear()  # before draining: a write queued after the drain sets it again
             batch: list[_Op] = []
             if first is None:
