@@ -19,8 +19,9 @@ version for the transaction; the writer hashes the transaction's new entries and
 just before its COMMIT (`install` returns that step). So every change made through the one
 write path — a single row, an executemany batch or a set-based UPDATE (`WHERE
 status='held'`) — gets its entry from the row exactly as committed, in the transaction that
-changed it; a rolled-back batch takes its entries with it. A connection without the triggers (the sqlite3 CLI, another program) changes
-rows without entries, which is what `verify` detects.
+changed it; a rolled-back batch takes its entries with it. A connection without the triggers
+(the sqlite3 CLI, another program) changes rows without entries, which is what `verify`
+detects.
 
 What `verify` checks (read-only, in one read transaction, so it works while undoproxy runs):
 - the links: each entry's prev_hash is the hash of the entry before it (an entry deleted,
