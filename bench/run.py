@@ -39,7 +39,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "mutations": lambda d, a: mutations.run(d, a.rounds, a.seconds),
     "chain": lambda d, a: chain.run(d, a.rounds, a.seconds),
     "holds": lambda d, a: holds.run(d, a.rounds, a.seconds),
-    "rollback": lambda d, a: rollback.run(d),
+    "rollback": lambda d, a: rollback.run(d, max(2, a.rounds // 2)),
     "rules": lambda d, a: rules.run(),
     "llm": lambda d, a: llm.run(d, max(2, a.rounds // 2)),
     "pg": lambda d, a: pg.run(d, a.rounds, a.seconds),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import secrets
@@ -298,6 +299,11 @@ async def serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_quiet_cancellations)  # before mitmproxy saves the loop's own
     running = await start(config)
+    # Everything start-up made (modules, mitmproxy, the rules of every pack) lives as long as
+    # the process: leave it out of the cyclic garbage collector's full passes, which scanned
+    # it all again and again (~75 ms each, 6 % of a rollback of 3,000 steps).
+    gc.collect()
+    gc.freeze()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, running.master.shutdown)
     # Only once a signal stops us cleanly: whoever waits for the banner may stop us at once.

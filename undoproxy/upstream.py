@@ -77,7 +77,13 @@ class UpstreamClient:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=not self._insecure, limit=64)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, trust_env=False, auto_decompress=True
+                connector=connector,
+                timeout=self._timeout,
+                trust_env=False,
+                auto_decompress=True,
+                # One client serves every session: a cookie an upstream set in answer to one
+                # session's snapshot or compensation must never ride along with another's.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 

@@ -45,7 +45,7 @@ from undoproxy.rollback.outgoing import (
     compensation_request,
     resource_url,
 )
-from undoproxy.rollback.overlap import Lane, Undo, targets
+from undoproxy.rollback.overlap import Answered, Lane, Undo, targets
 from undoproxy.rollback.report import (
     COMPLETE,
     JOURNAL_STATUS,
@@ -135,16 +135,16 @@ class Rollback:
                     await self.inflight.drained(session_id)
                 await self.journal.settled(session_id)  # and those other replicas sent
                 await self.journal.writer.flush()
-            steps = await self.journal.steps(session_id, mutations_only=True)
+            steps = await self.journal.steps(session_id, mutations_only=True, exchange=False)
             run = RunState(force, dry_run, locks=session_locks(steps))
             results: list[StepResult] = []
             order = list(reversed(steps))
             lane = Lane(overlap=not dry_run)  # see overlap.py: what may overlap, and why
             try:
                 for at, step in enumerate(order):
-                    if not dry_run and step.id not in run.marked and _markable(step):
+                    if not dry_run and step.id not in run.marked and _markable(step, run):
                         await self._mark_ahead(order[at : at + MARK_AHEAD], run)
-                    await lane.start(targets(step), self._undoer(step, run))
+                    await lane.start(targets(run.record(step)), self._undoer(step, run))
                     for result in lane.finished():
                         results.append(result)
                         progress = await self._tell(session_id, result, run, progress)
@@ -189,7 +189,7 @@ class Rollback:
     def _undoer(self, step: Step, run: RunState) -> Undo:
         """The undo of `step`, telling `sent` once its compensation was answered."""
 
-        async def undo(sent: asyncio.Event) -> StepResult:
+        async def undo(sent: Answered) -> StepResult:
             run.answered[step.id] = sent
             try:
                 return await self._undo(step, run)
@@ -199,7 +199,7 @@ class Rollback:
         return undo
 
     async def _undo(self, step: Step, run: RunState) -> StepResult:
-        comp = CompensationRecord.of(step.compensation)
+        comp = run.record(step)
         result = StepResult(step.id, step.seq, step.method, redact.url(step.url), "skipped", "")
         if comp.request is not None:
             result.compensation = {
@@ -253,12 +253,16 @@ class Rollback:
         (idempotent, with a snapshot or a DELETE) are marked ahead; the others are marked
         just before they are sent.
         """
-        marks, ids = [], []
+        marks, ids, fresh = [], [], []
         for step in upcoming:
-            if step.id in run.marked or not _markable(step):
+            if step.id in run.marked or not _markable(step, run):
                 continue
-            comp = CompensationRecord.of(step.compensation)
+            comp = run.record(step)
             attempts = Attempts.of(comp.raw)
+            ids.append(step.id)
+            if attempts == Attempts():  # never sent: all of these get the same record
+                fresh.append(step)
+                continue
             attempts.sent, attempts.answer, attempts.refused = attempts.sent + 1, None, False
             # A copy: the step itself keeps its status for the decisions still to come.
             marks.append(
@@ -266,7 +270,8 @@ class Rollback:
                     replace(step), status="compensating", compensation=attempts.into(comp.raw)
                 )
             )
-            ids.append(step.id)
+        if fresh:  # one statement for them all
+            marks.append(self.journal.mark_compensating(fresh, Attempts(sent=1).as_json()))
         try:
             await self._durably(run, *marks)
         except JournalError as exc:
@@ -527,9 +532,9 @@ def _precheck(step: Step, comp: CompensationRecord) -> Verdict | None:
     return None
 
 
-def _markable(step: Step) -> bool:
+def _markable(step: Step, run: RunState) -> bool:
     """True when the step's undo may be marked ahead: a read can tell whether it was applied."""
-    comp = CompensationRecord.of(step.compensation)
+    comp = run.record(step)
     request = comp.request
     if _precheck(step, comp) is not None or request is None:
         return False

@@ -54,6 +54,17 @@ class RunState:
     locks: list[tuple[str, str]] = field(default_factory=list)
     # step id -> an asyncio.Event set once its compensation was answered (rollback/overlap.py)
     answered: dict[str, Any] = field(default_factory=dict)
+    # step id -> (the journal's record, its typed form): parsed once per step and run
+    records: dict[str, tuple[Any, CompensationRecord]] = field(default_factory=dict)
+
+    def record(self, step: Step) -> CompensationRecord:
+        """The step's compensation record, typed (parsed again only once the step's record
+        was replaced, e.g. by a `compensating` mark)."""
+        cached = self.records.get(step.id)
+        if cached is None or cached[0] is not step.compensation:
+            cached = (step.compensation, CompensationRecord.of(step.compensation))
+            self.records[step.id] = cached
+        return cached[1]
 
 
 def target_key(url: str | None) -> str | None:

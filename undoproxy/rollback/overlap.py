@@ -18,25 +18,39 @@ costs one round trip instead of two (see bench/README.md).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
 from undoproxy.compensators.record import CompensationRecord
 from undoproxy.rollback.report import StepResult
-from undoproxy.store.records import Step
 
 WINDOW = 4
 SINGLE = frozenset({"restore", "recreate", "delete-created", "template"})
-Undo = Callable[[asyncio.Event], Coroutine[Any, Any, StepResult]]
 
 
-def targets(step: Step) -> frozenset[str] | None:
-    """The resources a step's undo touches, or None when that cannot be told (it runs alone).
+class Answered:
+    """Told (`set()`) by a step's undo once its compensation was answered: the next step may
+    start then."""
 
-    A step with nothing to send touches nothing (an empty set).
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self._future = future
+
+    def set(self) -> None:
+        """The compensation was answered."""
+        if not self._future.done():
+            self._future.set_result(None)
+
+
+Undo = Callable[[Answered], Coroutine[Any, Any, StepResult]]
+
+
+def targets(comp: CompensationRecord) -> frozenset[str] | None:
+    """The resources a step's undo (`comp`, its compensation record) touches, or None when
+    that cannot be told (it runs alone). A step with nothing to send touches nothing (an
+    empty set).
     """
-    comp = CompensationRecord.of(step.compensation)
     if comp.request is None:
         return frozenset()
     if comp.kind not in SINGLE or comp.then or comp.correction or comp.readback is not None:
@@ -50,11 +64,15 @@ def independent(a: frozenset[str], b: frozenset[str]) -> bool:
 
 
 def _related(x: str, y: str) -> bool:
-    px, py = urlsplit(x), urlsplit(y)
-    if (px.scheme, px.netloc.lower()) != (py.scheme, py.netloc.lower()):
-        return False
-    a, b = px.path.rstrip("/") + "/", py.path.rstrip("/") + "/"
-    return a.startswith(b) or b.startswith(a)
+    (ox, a), (oy, b) = _place(x), _place(y)
+    return ox == oy and (a.startswith(b) or b.startswith(a))
+
+
+@functools.lru_cache(maxsize=4096)
+def _place(url: str) -> tuple[tuple[str, str], str]:
+    """(scheme and host, path ending in '/') of a URL: what `_related` compares."""
+    parts = urlsplit(url)
+    return (parts.scheme, parts.netloc.lower()), parts.path.rstrip("/") + "/"
 
 
 class Lane:
@@ -78,17 +96,16 @@ class Lane:
         ):
             await asyncio.wait({t for t, _ in self._running}, return_when=asyncio.FIRST_COMPLETED)
             self._running = [(t, r) for t, r in self._running if not t.done()]
-        sent = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(undo(sent), name="rollback-step")
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[None] = loop.create_future()
+        task = loop.create_task(undo(Answered(answered)), name="rollback-step")
         self._queue.append(task)
         if touched is None or not self.overlap:
             await asyncio.wait({task})
             return
-        answered = asyncio.get_running_loop().create_task(sent.wait())
-        try:
-            await asyncio.wait({task, answered}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            answered.cancel()
+        # Answered, or finished without sending anything: either lets the next step start.
+        task.add_done_callback(lambda _: Answered(answered).set())
+        await answered
         if not task.done():
             self._running.append((task, touched))
 

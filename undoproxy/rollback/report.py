@@ -19,7 +19,7 @@ Report statuses (one per step, newest step first):
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from undoproxy.store.records import Step
@@ -102,7 +102,16 @@ class Attempts:
 
     def into(self, comp: dict[str, Any]) -> dict[str, Any]:
         """The compensation record with these attempts in it."""
-        return {**comp, "rollback": asdict(self)}
+        return {**comp, "rollback": self.as_json()}
+
+    def as_json(self) -> dict[str, Any]:
+        """How a compensation record keeps them (under `rollback`)."""
+        return {
+            "sent": self.sent,
+            "answer": self.answer,
+            "refused": self.refused,
+            "recreated_at": self.recreated_at,
+        }
 
     @property
     def may_have_applied(self) -> bool:
@@ -132,7 +141,15 @@ class StepResult:
 
     def to_json(self) -> dict[str, Any]:
         """The report entry (URLs redacted)."""
-        return asdict(self)
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "method": self.method,
+            "url": self.url,
+            "status": self.status,
+            "detail": self.detail,
+            "compensation": dict(self.compensation) if self.compensation else None,
+        }
 
 
 @dataclass

@@ -19,7 +19,7 @@ Usage:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -104,8 +104,13 @@ class Store(Protocol):
     async def update_now(self, step: Step, **values: Any) -> None:
         """Change a step, awaited."""
 
-    async def steps(self, session_id: str, *, mutations_only: bool = False) -> list[Step]:
-        """A session's steps in order."""
+    async def mark_compensating(self, steps: Sequence[Step], attempts: Mapping[str, Any]) -> None:
+        """Mark steps `compensating` with these attempts, in one commit (awaited)."""
+
+    async def steps(
+        self, session_id: str, *, mutations_only: bool = False, exchange: bool = True
+    ) -> list[Step]:
+        """A session's steps in order (without headers and bodies: `exchange=False`)."""
 
     async def step(self, step_id: str) -> Step | None:
         """One step by id."""

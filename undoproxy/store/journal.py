@@ -14,8 +14,10 @@ Sessions are cached in memory because every proxied request needs its session's 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,8 @@ _INSERT_STEP = (
     f"VALUES ({', '.join(':' + c for c in STEP_COLUMNS)})"
 )
 FREEZE_ALL = "freeze_all"
+_EXCHANGE = {"request_headers", "request_body", "response_headers", "response_body", "meta"}
+_WITHOUT_EXCHANGE = ", ".join(c for c in STEP_COLUMNS if c not in _EXCHANGE)
 _SESSION_COLUMNS = (
     "id",
     "token",
@@ -292,9 +296,34 @@ class Journal:
             setattr(step, k, v)
         self.events.publish("step", step_event(step))
 
-    async def steps(self, session_id: str, *, mutations_only: bool = False) -> list[Step]:
-        """A session's steps in order (committed ones: call `writer.flush()` first to see all)."""
-        sql = "SELECT * FROM steps WHERE session_id=?"
+    # The compensation record with `rollback` (a JSON parameter) set in it, in the database.
+    _WITH_ATTEMPTS = "json_set(coalesce(compensation, '{}'), '$.rollback', json(?))"
+
+    async def mark_compensating(self, steps: Sequence[Step], attempts: Mapping[str, Any]) -> None:
+        """Mark `steps` `compensating`, `attempts` recorded in each compensation record, in one
+        statement and one commit (awaited): what a rollback writes before it sends their
+        compensations. The Step objects are left as they were (the rollback decides on them)."""
+        if not steps:
+            return
+        now = time.time()
+        ids = ", ".join("?" for _ in steps)
+        await self.writer.write(
+            f"UPDATE steps SET status='compensating', updated_at=?, "
+            f"compensation={self._WITH_ATTEMPTS} WHERE id IN ({ids})",
+            (now, json.dumps(dict(attempts)), *(step.id for step in steps)),
+        )
+        for step in steps:
+            marked = dataclasses.replace(step, status="compensating", updated_at=now)
+            self.events.publish("step", step_event(marked))
+
+    async def steps(
+        self, session_id: str, *, mutations_only: bool = False, exchange: bool = True
+    ) -> list[Step]:
+        """A session's steps in order (committed ones: call `writer.flush()` first to see all).
+
+        `exchange=False` leaves out what the agent and the upstream exchanged (the request's
+        and response's headers and bodies, up to 1 MiB each): what a rollback never reads."""
+        sql = f"SELECT {'*' if exchange else _WITHOUT_EXCHANGE} FROM steps WHERE session_id=?"
         if mutations_only:
             sql += " AND is_mutation=1"
         rows = await self.query(sql + " ORDER BY seq", (session_id,))

@@ -116,9 +116,10 @@ class Step:
         it does not know, such as PostgreSQL's `replica`, are left out)."""
         values = {k: v for k, v in row.items() if k in _COLUMN_SET}
         for name in _JSON_COLUMNS:
-            if values.get(name) is not None:
-                values[name] = json.loads(values[name])
-                if name in bodies.SEALED_COLUMNS:
+            text = values.get(name)
+            if text is not None:
+                values[name] = json.loads(text)
+                if name in bodies.SEALED_COLUMNS and bodies.SEALED in text:
                     values[name] = bodies.open_bodies(values[name], decrypt)
         values["is_mutation"] = bool(values["is_mutation"])
         return cls(**values)

@@ -55,6 +55,9 @@ class PgJournal(Journal):
 
     shared = True
     _INSERT_SESSION = Journal._INSERT_SESSION + " ON CONFLICT (id) DO NOTHING"
+    _WITH_ATTEMPTS = (
+        "jsonb_set(coalesce(compensation, '{}')::jsonb, '{rollback}', (?)::jsonb)::text"
+    )
     _INSERT_STEP = _INSERT_STEP.replace(
         ":seq", "(SELECT coalesce(max(seq), 0) + 1 FROM steps WHERE session_id = :session_id)"
     )
