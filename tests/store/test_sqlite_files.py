@@ -70,19 +70,29 @@ async def test_an_existing_world_readable_journal_is_made_private(
         await journal.close()
 
 
-async def test_the_write_connection_fsyncs_every_commit(tmp_path: Path) -> None:
+async def test_every_commit_someone_waits_for_is_fsyncd(tmp_path: Path) -> None:
     journal = await Journal.open(tmp_path / "journal.db")
     try:
         await write_one_step(journal)  # the writer process is up and has the journal open
-        # The connection the writer process commits through, opened as it opens it.
-        conn = sqlite_child.open_batches(tmp_path / "journal.db", 2000).conn
-        try:
-            assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        finally:
-            conn.close()
     finally:
         await journal.close()
+    # The connection the writer process commits through, opened as it opens it.
+    batches = sqlite_child.open_batches(tmp_path / "journal.db", 2000)
+    conn = batches.conn
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+        def synchronous_after(awaited: bool) -> int:
+            [outcome] = batches.commit([("SELECT 1", (), awaited)])
+            assert outcome is None
+            return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL from the start
+        assert synchronous_after(awaited=True) == 2  # FULL: the WAL fsync'd at COMMIT
+        assert synchronous_after(awaited=False) == 1  # NORMAL: nobody waits, no fsync
+        assert synchronous_after(awaited=True) == 2  # and its fsync covers what came before
+    finally:
+        conn.close()
 
 
 async def test_a_second_journal_on_the_same_file_is_refused_naming_the_holder(

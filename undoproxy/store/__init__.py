@@ -24,9 +24,12 @@ Which writes are awaited — the one rule every call site follows:
   a session submitted by `add_session` before its first write-ahead step.
 
 What survives what: an awaited write, once it returned, survives a crash of undoproxy, of the
-OS and a power loss (`PRAGMA synchronous=FULL`: every commit fsyncs the WAL; concurrent writes
-share a commit). A batched write is durable once its batch is committed, usually within
-milliseconds. A write that gave up (timed out while still queued) is withdrawn and never
-committed later (see `writer`). Only one process opens a journal at a time (`lock`). The
-database and its -wal/-shm files are mode 0600: they hold session proxy tokens in clear.
+OS and a power loss (`PRAGMA synchronous=FULL` for every commit someone waits for: it fsyncs
+the WAL; concurrent writes share a commit). A batched write survives a crash of undoproxy once
+its batch is committed, usually within milliseconds, and an OS crash or a power loss once a
+later awaited commit (or a checkpoint) fsyncs the WAL: on SQLite a batch nobody waits for is
+committed without an fsync of its own (`sqlite_child`). A write that gave up (timed out while
+still queued) is withdrawn and never committed later (see `writer`). Only one process opens a
+journal at a time (`lock`). The database and its -wal/-shm files are mode 0600: they hold
+session proxy tokens in clear.
 """

@@ -10,10 +10,14 @@ Here the writer has an interpreter of its own.
 
 Protocol, on stdin and stdout, each message a frame (4-byte big-endian length, then a pickle):
 - the child first says `("ready", pid)`, or `("failed", why)` when it cannot open the journal;
-- then, for each batch `[(sql, params), ...]` it receives, it answers one outcome per op:
-  None when it was committed, else why not (text). A batch is one transaction; when it fails
-  for one statement's sake the ops are retried one by one, each in its own transaction; when
-  it fails for the database's sake (locked, full, I/O) every op fails alike.
+- then, for each batch `[(sql, params, awaited), ...]` it receives, it answers one outcome per
+  op: None when it was committed, else why not (text). A batch is one transaction; when it
+  fails for one statement's sake the ops are retried one by one, each in its own transaction;
+  when it fails for the database's sake (locked, full, I/O) every op fails alike.
+A batch that someone waits for (an op `awaited`) is committed with `synchronous=FULL`: the WAL
+is fsync'd before the answer. A batch nobody waits for (reads, outcomes: see the rule at the
+top of `undoproxy.store`) is committed without the fsync (`NORMAL`); the next awaited commit's
+fsync covers it too (the WAL is one file, written in order), and WAL checkpoints stay safe.
 End of stdin (undoproxy closed it, or died) ends the child once its batch is committed. It
 ignores SIGINT and SIGTERM, and runs in a session of its own: Ctrl-C in a terminal stops
 undoproxy, which then commits what it holds through the child before closing it.
@@ -66,9 +70,12 @@ class Batches:
     def __init__(self, conn: sqlite3.Connection, seal: Callable[[], None] | None) -> None:
         self.conn = conn
         self.seal: Callable[[], None] = seal if seal is not None else _nothing
+        self._synchronous = "FULL"  # as schema.PRAGMAS opened it
 
-    def commit(self, ops: Sequence[tuple[str, Any]]) -> list[Outcome]:
-        """Commit `ops`, in one transaction if possible; what became of each."""
+    def commit(self, batch: Sequence[tuple[str, Any, bool]]) -> list[Outcome]:
+        """Commit `batch`, in one transaction if possible; what became of each op."""
+        self._durability("FULL" if any(awaited for _, _, awaited in batch) else "NORMAL")
+        ops = [(sql, params) for sql, params, _ in batch]
         try:
             self._transaction(ops)
         except Exception as exc:
@@ -84,6 +91,11 @@ class Batches:
                     outcomes.append(None)
             return outcomes
         return [None] * len(ops)
+
+    def _durability(self, mode: str) -> None:
+        if mode != self._synchronous:
+            self.conn.execute(f"PRAGMA synchronous={mode}")
+            self._synchronous = mode
 
     def _transaction(self, ops: Sequence[tuple[str, Any]]) -> None:
         conn = self.conn

@@ -50,7 +50,7 @@ class JournalWriter(QueuedWriter):
 
     async def _commit(self, batch: list[_Op]) -> None:
         try:
-            message = frame([(op.sql, op.params) for op in batch])
+            message = frame([(op.sql, op.params, op.done is not None) for op in batch])
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             for op in batch:
                 op.error = exc
