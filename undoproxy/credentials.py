@@ -142,7 +142,7 @@ _NOT_CREDENTIALS = frozenset({"sig", "signature", "code", "state", "nonce", "exp
 def with_query_credentials(url: str, step_url: str, credentials: Credentials) -> str:
     """`url` with the agent's query-string credentials (`?api_key=`) of the step's own
     request added where missing, when `url` is on the step's origin; as is otherwise."""
-    if origin(url) != origin(step_url):
+    if "?" not in step_url or origin(url) != origin(step_url):
         return url
     full = credentials.unredact(step_url)
     wanted = [
@@ -222,6 +222,8 @@ def credentials_for(
     """The agent's credential headers to send to `target_url`: only to the scheme, host and
     port the agent itself sent the step to (`step_url`), unless a rule says
     `credentials: forward`. Snapshots, verification reads and compensations all ask here."""
+    if not credentials:
+        return {}
     if forward or origin(target_url) == origin(step_url):
         return dict(credentials)
     return {}

@@ -105,8 +105,9 @@ def test_independent_resources_overlap_reads_but_never_two_compensations(
     assert [path for _, path, _ in sent] == list(reversed(created))  # LIFO
     # No compensation was sent while another one was in flight...
     assert all(not any(m == "DELETE" for m, _ in during) for _, _, during in sent)
-    # ...but while an earlier step's verification read was: the reads overlapped.
-    assert any(any(m == "GET" for m, _ in during) for _, _, during in sent)
+    # ...but a read and a compensation were: an earlier step's read-back overlapped one.
+    met = [{method, *(m for m, _ in during)} for method, _, during in seen.log]
+    assert {"GET", "DELETE"} in met
 
 
 def test_nested_resources_never_overlap(
@@ -131,3 +132,17 @@ def test_what_counts_as_independent() -> None:
     assert not independent(a, frozenset({"https://h/items"}))  # the collection holds it
     assert not independent(frozenset({"https://h/items"}), a)
     assert not independent(a, frozenset({"https://H/items/7/comments/1"}))
+
+
+def test_a_read_back_waits_for_the_next_compensation_to_go_out(
+    proxy: Undoproxy, server: ThreadedServer, seen: Seen, session_id: str
+) -> None:
+    """The compensations are the critical path: the upstream gets DELETE n-1 before the read
+    of n, so it never makes a compensation queue behind a read."""
+    create(proxy, server, session_id, ["/items"] * 8)
+    created = list(reversed(seen.items))  # in the order the rollback undoes them
+    start = len(seen.log)
+    rollback_ends(proxy, session_id, "rolled_back", ["compensated"] * 8)
+    order = [(method, path) for method, path, _ in seen.log[start:]]
+    for newer, older in itertools.pairwise(created):
+        assert order.index(("DELETE", older)) < order.index(("GET", newer)), order

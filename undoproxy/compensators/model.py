@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 
+@functools.lru_cache(maxsize=1024)  # asked for each request undoproxy sends, often alike
 def origin(url: str) -> tuple[str, str]:
     """(scheme, host:port) with default ports made explicit: where a request really goes."""
     parts = urlsplit(url)

@@ -39,13 +39,14 @@ from undoproxy.rollback.compare import ABSENT, PRESENT
 from undoproxy.rollback.correction import Corrector
 from undoproxy.rollback.judge import RESOLVE, Go, Judge, RunState, target_key
 from undoproxy.rollback.locks import if_header, session_locks
+from undoproxy.rollback.marking import AheadMarks
 from undoproxy.rollback.outgoing import (
     NotSendable,
     Outgoing,
     compensation_request,
     resource_url,
 )
-from undoproxy.rollback.overlap import Answered, Lane, Undo, targets
+from undoproxy.rollback.overlap import Lane, Turn, Undo, targets
 from undoproxy.rollback.report import (
     COMPLETE,
     JOURNAL_STATUS,
@@ -61,7 +62,6 @@ from undoproxy.store.records import Session, Step
 from undoproxy.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 
 log = logging.getLogger(__name__)
-MARK_AHEAD = 64  # steps marked `compensating` in one commit (see `_mark_ahead`)
 Progress = Callable[[StepResult], Awaitable[None]]
 
 
@@ -140,10 +140,11 @@ class Rollback:
             results: list[StepResult] = []
             order = list(reversed(steps))
             lane = Lane(overlap=not dry_run)  # see overlap.py: what may overlap, and why
+            marks = AheadMarks(order, lambda window: self._mark_ahead(window, run))
             try:
                 for at, step in enumerate(order):
-                    if not dry_run and step.id not in run.marked and _markable(step, run):
-                        await self._mark_ahead(order[at : at + MARK_AHEAD], run)
+                    if not dry_run:
+                        await marks.reach(at, step.id not in run.marked and _markable(step, run))
                     await lane.start(targets(run.record(step)), self._undoer(step, run))
                     for result in lane.finished():
                         results.append(result)
@@ -151,8 +152,10 @@ class Rollback:
                 for result in await lane.drain():
                     results.append(result)
                     progress = await self._tell(session_id, result, run, progress)
+                await marks.finish()
             finally:
                 await lane.cancel()
+                await marks.cancel()
             await self._durably(run)
             state = session.state
             if not dry_run:
@@ -187,14 +190,14 @@ class Rollback:
     # --- one step ---------------------------------------------------------------------------
 
     def _undoer(self, step: Step, run: RunState) -> Undo:
-        """The undo of `step`, telling `sent` once its compensation was answered."""
+        """The undo of `step`, telling its `turn` in the lane how far it got (overlap.py)."""
 
-        async def undo(sent: Answered) -> StepResult:
-            run.answered[step.id] = sent
+        async def undo(turn: Turn) -> StepResult:
+            run.turns[step.id] = turn
             try:
                 return await self._undo(step, run)
             finally:
-                run.answered.pop(step.id, None)
+                run.turns.pop(step.id, None)
 
         return undo
 
@@ -353,6 +356,9 @@ class Rollback:
                 "failed",
                 f"could not record the compensation before sending it ({exc}); nothing was sent",
             )
+        turn = run.turns.get(step.id)
+        if turn is not None:
+            turn.sending()
         try:
             resp = await self._request(out, run)
             if resp.status in (404, 405) and comp.fallback is not None:
@@ -411,8 +417,9 @@ class Rollback:
             if refused:
                 return Verdict("failed", f"{answered}; then {refused}", attempts.into(comp.raw))
             answered += f", then {len(comp.then)} more like it"
-        if step.id in run.answered:  # the next step may go while this one is read back
-            run.answered[step.id].set()
+        if turn is not None:  # the next step may go while this one is read back
+            turn.answered()
+            await turn.next_sent()  # once the next compensation is on its way
         verdict = await self.judge.verify(step, comp, out, go.note + answered)
         verdict.compensation = attempts.into(comp.raw)
         return verdict

@@ -52,8 +52,8 @@ class RunState:
     marked: set[str] = field(default_factory=set)
     # the WebDAV locks the session's own LOCK steps took (see rollback/locks.py)
     locks: list[tuple[str, str]] = field(default_factory=list)
-    # step id -> an asyncio.Event set once its compensation was answered (rollback/overlap.py)
-    answered: dict[str, Any] = field(default_factory=dict)
+    # step id -> its Turn in the lane while its undo runs (rollback/overlap.py)
+    turns: dict[str, Any] = field(default_factory=dict)
     # step id -> (the journal's record, its typed form): parsed once per step and run
     records: dict[str, tuple[Any, CompensationRecord]] = field(default_factory=dict)
 

@@ -13,6 +13,11 @@ Anything else waits until every step in flight is done. At most WINDOW steps are
 A step's result is reported (and its progress told) in LIFO order whatever order the reads
 finish in. Overlap halves the time of a rollback of many independent resources: each step
 costs one round trip instead of two (see bench/README.md).
+
+The compensations are the rollback's critical path, so a step's verification read waits
+until the next step's compensation has gone out (or the lane knows none will go while it
+waits): an upstream that serves one request at a time then answers the compensation first,
+instead of making it queue behind the read.
 """
 
 from __future__ import annotations
@@ -30,20 +35,53 @@ WINDOW = 4
 SINGLE = frozenset({"restore", "recreate", "delete-created", "template"})
 
 
-class Answered:
-    """Told (`set()`) by a step's undo once its compensation was answered: the next step may
-    start then."""
+class Turn:
+    """One step's place in the lane. Its undo tells `sending()` as its compensation goes out
+    and `answered()` once it was answered (the next step may start then), and awaits
+    `next_sent()` before its verification read."""
 
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self._future = future
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._answered: asyncio.Future[None] = loop.create_future()
+        self._sent: asyncio.Future[None] = loop.create_future()
+        self._next_sent: asyncio.Future[None] = loop.create_future()
 
-    def set(self) -> None:
-        """The compensation was answered."""
-        if not self._future.done():
-            self._future.set_result(None)
+    def sending(self) -> None:
+        """The step's compensation goes out now."""
+        _resolve(self._sent)
+
+    def answered(self) -> None:
+        """The step's compensation was answered."""
+        _resolve(self._answered)
+
+    async def next_sent(self) -> None:
+        """Return once the next step's compensation went out, or none will while we wait."""
+        await self._next_sent
+
+    def ended(self, *_: object) -> None:
+        """The undo ended: whatever it did not tell, it will not do now."""
+        _resolve(self._sent)
+        _resolve(self._answered)
+
+    async def until_answered(self) -> None:
+        """Return once the compensation was answered (or the undo ended without one)."""
+        await self._answered
+
+    def when_sent(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the compensation went out (or the undo ended without one)."""
+        self._sent.add_done_callback(lambda _: callback())
+
+    def release(self) -> None:
+        """Let `next_sent()` return: the next step's compensation went out, or none will
+        while this step waits for it."""
+        _resolve(self._next_sent)
 
 
-Undo = Callable[[Answered], Coroutine[Any, Any, StepResult]]
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+Undo = Callable[[Turn], Coroutine[Any, Any, StepResult]]
 
 
 def targets(comp: CompensationRecord) -> frozenset[str] | None:
@@ -83,31 +121,49 @@ class Lane:
         self.window = window
         self._queue: list[asyncio.Task[StepResult]] = []  # not yet handed back, in order
         self._running: list[tuple[asyncio.Task[StepResult], frozenset[str]]] = []
+        self._last: Turn | None = None  # the newest step in flight, its read waiting for ours
 
     async def start(self, touched: frozenset[str] | None, undo: Undo) -> None:
         """Run `undo` once the steps in flight allow it; return when its compensation was
         answered (or when it finished, if it may not overlap)."""
+        if self._blocked(touched):
+            self._release()  # the lane waits for the steps in flight: their reads go now
+            while self._blocked(touched):
+                await asyncio.wait(
+                    {t for t, _ in self._running}, return_when=asyncio.FIRST_COMPLETED
+                )
+        loop = asyncio.get_running_loop()
+        turn = Turn(loop)
+        task = loop.create_task(undo(turn), name="rollback-step")
+        self._queue.append(task)
+        # Finished without sending anything: that, too, lets the next step start.
+        task.add_done_callback(turn.ended)
+        if self._last is not None:  # the step before reads once this one's undo went out
+            turn.when_sent(self._last.release)
+            self._last = None
+        if touched is None or not self.overlap:
+            turn.release()  # it runs alone: nothing comes next while it runs
+            await asyncio.wait({task})
+            return
+        await turn.until_answered()
+        if not task.done():
+            self._running.append((task, touched))
+            self._last = turn
+
+    def _blocked(self, touched: frozenset[str] | None) -> bool:
+        """True while a step touching `touched` may not start beside the steps in flight."""
         self._running = [(t, r) for t, r in self._running if not t.done()]
-        while self._running and (
+        return bool(self._running) and (
             touched is None
             or not self.overlap
             or len(self._running) >= self.window
             or not all(independent(touched, r) for _, r in self._running)
-        ):
-            await asyncio.wait({t for t, _ in self._running}, return_when=asyncio.FIRST_COMPLETED)
-            self._running = [(t, r) for t, r in self._running if not t.done()]
-        loop = asyncio.get_running_loop()
-        answered: asyncio.Future[None] = loop.create_future()
-        task = loop.create_task(undo(Answered(answered)), name="rollback-step")
-        self._queue.append(task)
-        if touched is None or not self.overlap:
-            await asyncio.wait({task})
-            return
-        # Answered, or finished without sending anything: either lets the next step start.
-        task.add_done_callback(lambda _: Answered(answered).set())
-        await answered
-        if not task.done():
-            self._running.append((task, touched))
+        )
+
+    def _release(self) -> None:
+        if self._last is not None:
+            self._last.release()
+            self._last = None
 
     def finished(self) -> list[StepResult]:
         """The results ready to report, in LIFO order (stops at the first still running)."""
@@ -118,12 +174,14 @@ class Lane:
 
     async def drain(self) -> list[StepResult]:
         """Wait for every step still in flight; their results in order."""
+        self._release()
         if self._queue:
             await asyncio.wait(set(self._queue))
         return self.finished()
 
     async def cancel(self) -> None:
         """Stop what is still running (the run itself failed)."""
+        self._release()
         for task in self._queue:
             task.cancel()
         if self._queue:
