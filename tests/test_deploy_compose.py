@@ -12,9 +12,9 @@ containers and volumes are removed at teardown.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,7 +26,7 @@ import pytest
 import requests
 import yaml
 
-from tests.support import rest
+from tests.support import holding, rest
 from tests.support.containers import (
     COMPOSE_FILE,
     IMAGE_VARIABLES,
@@ -113,16 +113,8 @@ class Deployment:
     db_port: int
 
 
-def until(check: Callable[[], T | None], timeout: float = 30, what: str = "") -> T:
-    """Poll `check` until it returns something truthy; that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
+# Containers start in seconds, not milliseconds: a longer wait, polled less often.
+until = functools.partial(holding.until, timeout=30, every=0.1)
 
 
 def config_dir(directory: Path) -> Path:

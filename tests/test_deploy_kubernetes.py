@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -37,7 +37,7 @@ from cryptography import x509
 from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from tests.support import rest
+from tests.support import holding, rest
 from tests.support.containers import (
     COMPOSE_FILE,
     IMAGE_VARIABLES,
@@ -57,7 +57,6 @@ from undoproxy.config import MIN_ADMIN_TOKEN, load_config
 KUBE = REPO / "deploy" / "kubernetes"
 SECRET_NAME = "undoproxy"
 AGENT_SECRET = "sk-agent-kube-SECRET-9"  # the upstream refuses any other credentials
-T = TypeVar("T")
 
 Doc = dict[str, Any]
 
@@ -314,15 +313,8 @@ def test_the_configmaps_config_is_accepted_by_undoproxy_and_agrees_with_the_pods
 # --- The pods, run by Docker ----------------------------------------------------------------
 
 
-def until(check: Callable[[], T | None], timeout: float = 60, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.2)
+# Containers start in seconds, not milliseconds: a longer wait, polled less often.
+until = functools.partial(holding.until, timeout=60, every=0.2)
 
 
 def resolve_env(container: Doc, values: dict[str, bytes]) -> dict[str, str]:

@@ -90,8 +90,10 @@ def webhook_app() -> web.Application:
     return app
 
 
-def until(check: Callable[[], T], *, timeout: float = 20, what: str = "") -> T:
-    """Poll `check` every 50 ms until it returns something truthy, and return that;
+def until(
+    check: Callable[[], T | None], *, timeout: float = 20, what: str = "", every: float = 0.05
+) -> T:
+    """Poll `check` every `every` seconds until it returns something truthy, and return that;
     AssertionError naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -100,4 +102,4 @@ def until(check: Callable[[], T], *, timeout: float = 20, what: str = "") -> T:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g}s: {what or check}")
-        time.sleep(0.05)
+        time.sleep(every)
