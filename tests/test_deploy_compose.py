@@ -36,6 +36,7 @@ from tests.support.containers import (
     TEST_POSTGRES_IMAGE,
     Compose,
     Docker,
+    admin_request,
     free_port,
     ready_compose,
     ready_docker,
@@ -70,14 +71,7 @@ class Endpoint:
     ca_bundle: str = ""
 
     def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return requests.request(
-            method,
-            f"http://127.0.0.1:{self.admin_port}{path}",
-            headers={"Authorization": f"Bearer {self.token}"},
-            proxies={"http": "", "https": ""},
-            timeout=60,
-            **kwargs,
-        )
+        return admin_request(self.admin_port, self.token, method, path, **kwargs)
 
     def agent(self, session: str) -> requests.Session:
         """An agent's session through this address: a new connection, trusting only the CA

@@ -47,6 +47,7 @@ from tests.support.containers import (
     Compose,
     Container,
     Docker,
+    admin_request,
     free_port,
     ready_compose,
     ready_docker,
@@ -523,14 +524,7 @@ def test_the_pods_as_written_run_and_act_as_one_undoproxy(
     ca_file.write_bytes(values["mitmproxy-ca-cert.pem"])
 
     def admin(replica: dict[str, Any], method: str, path: str, **kwargs: Any) -> requests.Response:
-        return requests.request(
-            method,
-            f"http://127.0.0.1:{replica['admin']}{path}",
-            headers={"Authorization": f"Bearer {token}"},
-            proxies={"http": "", "https": ""},
-            timeout=60,
-            **kwargs,
-        )
+        return admin_request(replica["admin"], token, method, path, **kwargs)
 
     first, second = replicas
     for replica in replicas:  # the Secret's CA and token, in every pod

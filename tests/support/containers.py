@@ -20,6 +20,9 @@ import tarfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
+
+import requests
 
 from tests.support.ci import skip_or_fail
 
@@ -307,3 +310,17 @@ class Compose:
     def down(self) -> None:
         """Remove the project's containers and volumes (its images are kept: the cache)."""
         self("down", "--volumes", "--remove-orphans", "--timeout", "10", check=False)
+
+
+def admin_request(
+    port: int | str, token: str, method: str, path: str, **kwargs: Any
+) -> requests.Response:
+    """A call to the admin API a container serves on loopback `port`, with its token."""
+    return requests.request(
+        method,
+        f"http://127.0.0.1:{port}{path}",
+        headers={"Authorization": f"Bearer {token}"},
+        proxies={"http": "", "https": ""},
+        timeout=60,
+        **kwargs,
+    )
