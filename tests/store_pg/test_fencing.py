@@ -10,7 +10,7 @@ import pytest
 
 from tests.store.helpers import a_step
 from tests.support.postgres import Cluster
-from undoproxy.store.base import Busy, LeaseLost, SessionStopped
+from undoproxy.store.base import BudgetExceeded, Busy, LeaseLost, SessionStopped
 from undoproxy.store.postgres.journal import PgJournal
 from undoproxy.store.records import Session
 
@@ -115,5 +115,49 @@ async def test_a_write_ahead_is_refused_when_the_database_says_the_session_stopp
         assert await a.step(step.id) is None
         session = a.sessions["s1"]
         assert session.state != "open" or session.frozen or a.frozen_all
+    finally:
+        await a.close()
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [(None, "max_mutations", 3), (None, "max_mutations_per_minute", 3), ("r", "max_mutations", 3)],
+)
+async def test_a_budget_is_counted_over_every_replicas_steps(
+    pg_url: str, limit: tuple[str | None, str, int]
+) -> None:
+    a, b = await two(pg_url)
+    try:
+        a.add_session(Session(id="s1"))
+        await a.writer.flush()
+        rule = limit[0]
+        for journal in (a, b, a):  # three units taken through two replicas
+            await journal.write_ahead(a_step(journal, "s1", rule=rule), limits=[limit])
+        with pytest.raises(BudgetExceeded) as refused:
+            await b.write_ahead(a_step(b, "s1", rule=rule), limits=[limit])
+        assert (refused.value.limit, refused.value.value) == limit[1:]
+        assert len(await a.steps("s1")) == 3  # the refused one was never written
+        if rule is not None:  # another rule's budget is its own
+            await b.write_ahead(a_step(b, "s1", rule="other"), limits=[("other", limit[1], 3)])
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_forged_notification_changes_nothing(pg_url: str, pg_cluster: Cluster) -> None:
+    # Any role that can LOGIN may pg_notify on the channel: the replica acts on what the
+    # database says, never on what a notification says.
+    a = await PgJournal.connect(pg_url)
+    heard: list[tuple[str, dict[str, object]]] = []
+    a.events.listen_remote(lambda kind, data: heard.append((kind, data)))
+    try:
+        forged = '{"r": "mallory", "e": [{"k": "freeze", "d": {"all": true}}]}'
+        pg_cluster.psql(f"SELECT pg_notify('undoproxy', '{forged}')", database_of(pg_url))
+        for _ in range(100):
+            if heard:
+                break
+            await asyncio.sleep(0.05)
+        assert heard == [("freeze", {"all": False})]
+        assert a.frozen_all is False
     finally:
         await a.close()
