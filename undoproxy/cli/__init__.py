@@ -71,9 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = command("sessions", sessions.cmd_sessions, admin=True)
     p.add_argument("--state", help="only sessions in this state")
+    p.add_argument("--limit", type=positive, metavar="N", help="the newest N only (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = command("show", sessions.cmd_show, admin=True)
     p.add_argument("session", metavar="SESSION")
+    p.add_argument(
+        "--limit",
+        type=positive,
+        default=sessions.SHOWN,
+        metavar="N",
+        help=f"print the newest N steps (default {sessions.SHOWN})",
+    )
+    p.add_argument("--all", action="store_true", help="print every step")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = command("rollback", control.cmd_rollback, admin=True)
     p.add_argument("session", metavar="SESSION")
@@ -143,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a request header (repeatable)",
     )
     return parser
+
+
+def positive(value: str) -> int:
+    """An argument that must be a whole number of at least 1."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value!r}")
+    return int(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
