@@ -134,6 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a head an earlier verify printed: fail unless the chain still contains it "
         "(repeatable)",
     )
+    p.add_argument(
+        "--since",
+        metavar="HEAD",
+        help="check only what came after this head (an earlier verify printed it); "
+        "`last`: the head of the last verify that passed",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="say how far it is on stderr (default: when stderr is a terminal)",
+    )
     p = command("packs", rules.cmd_packs)
     p.add_argument("name", nargs="?", metavar="NAME", help="a pack: list its rules")
 
