@@ -33,7 +33,7 @@ import heapq
 import itertools
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -280,7 +280,7 @@ def verify_sqlite(
                 raise ValueError(f"the head {since} is not in the chain: verify it all")
             start = (int(found[0]), since)
         scan = Scan(cut=cut, since=start)
-        _scan_sqlite(conn, scan, start[0] if start else None, Ticker(progress))
+        _scan_sqlite(conn, scan, Ticker(progress))
         archived = set(archived_heads)
         missing = [
             head_problem(head, cut)
@@ -309,24 +309,30 @@ def sqlite_cut(conn: sqlite3.Connection) -> Cut | None:
     return Cut(str(row[0]), int(row[1]), str(row[2])) if row else None
 
 
-def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, after: int | None, ticker: Ticker) -> None:
-    after_seq = -1 if after is None else after
-    total = conn.execute("SELECT count(*) FROM chain WHERE seq > ?", (after_seq,)).fetchone()[0]
+def bounds(cut: Cut | None, since: tuple[int, str] | None) -> tuple[int, bool]:
+    """The chain seq a scan starts after (the cut's, or the head verified from) and whether
+    it checks only the rows changed after it (incremental)."""
+    low = max(cut.seq if cut else 0, since[0] if since else 0)
+    return low, since is not None
+
+
+def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, ticker: Ticker) -> None:
+    # Entries up to a cut are ignored: an archive deletes them right after its commit.
+    low, incremental = bounds(scan.cut, scan.since)
+    total = conn.execute("SELECT count(*) FROM chain WHERE seq > ?", (low,)).fetchone()[0]
     cur = conn.execute(
-        "SELECT seq, tbl, row_id, prev_hash, hash FROM chain WHERE seq > ? ORDER BY seq",
-        (after_seq,),
+        "SELECT seq, tbl, row_id, prev_hash, hash FROM chain WHERE seq > ? ORDER BY seq", (low,)
     )
     for n, (seq, table, row_id, prev_hash, digest) in enumerate(cur, 1):
         scan.entry(seq, table, row_id, prev_hash, digest)
         ticker.tick("chain links", n, total)
-    later = (
-        ""
-        if after is None
-        else " WHERE (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > ?)"
+    rows_later = (
+        " AND (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > ?)" if incremental else ""
     )
     cur = conn.execute(
-        f"SELECT tbl, row_id, version, seq FROM chain{later} ORDER BY tbl, row_id, version",
-        () if after is None else (after,),
+        f"SELECT tbl, row_id, version, seq FROM chain WHERE seq > ?{rows_later} "
+        "ORDER BY tbl, row_id, version",
+        (low, low) if incremental else (low,),
     )
     for n, (table, row_id, version, seq) in enumerate(cur, 1):
         scan.version(table, row_id, version, seq)
@@ -335,41 +341,33 @@ def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, after: int | None, ticker
     for table in tables:
         last = (
             f"c.version = (SELECT max(version) FROM chain m WHERE m.tbl = '{table}' "
-            "AND m.row_id = t.id)"
+            "AND m.row_id = t.id) AND c.seq > ?"
         )
-        if after is None:
+        head = "SELECT t.rowid, c.seq, c.prev_hash, c.hash, t.*"
+        if incremental:
             rows = (
-                f"SELECT t.rowid AS _position, c.seq AS _seq, c.prev_hash AS _prev, "
-                f"c.hash AS _hash, t.* FROM {table} t LEFT JOIN chain c ON c.tbl = '{table}' "
-                f"AND c.row_id = t.id AND {last} ORDER BY t.rowid"
+                f"{head} FROM chain c JOIN {table} t ON t.id = c.row_id "
+                f"WHERE c.tbl = '{table}' AND {last} ORDER BY c.seq"
             )
-            params: tuple[Any, ...] = ()
         else:
             rows = (
-                f"SELECT t.rowid AS _position, c.seq AS _seq, c.prev_hash AS _prev, "
-                f"c.hash AS _hash, t.* FROM chain c JOIN {table} t ON t.id = c.row_id "
-                f"WHERE c.tbl = '{table}' AND c.seq > ? AND {last} ORDER BY c.seq"
+                f"{head} FROM {table} t LEFT JOIN chain c ON c.tbl = '{table}' "
+                f"AND c.row_id = t.id AND {last} ORDER BY t.rowid"
             )
-            params = (after,)
         count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-        cur = conn.execute(rows, params)
+        cur = conn.execute(rows, (low,))
         names = [d[0] for d in cur.description][4:]
         for n, (position, seq, prev_hash, digest, *values) in enumerate(cur, 1):
             entry = None if seq is None else (seq, prev_hash, digest)
             scan.row(table, position, zip(names, values, strict=True), entry)
             ticker.tick(f"{table} rows", n, count)
     for table in tables:
-        for row_id, seq in _sqlite_gone(conn, table, after):
+        for row_id, seq in conn.execute(
+            f"SELECT c.row_id, max(c.seq) FROM chain c WHERE c.tbl = '{table}' AND c.seq > ? "
+            f"AND NOT EXISTS (SELECT 1 FROM {table} t WHERE t.id = c.row_id) GROUP BY c.row_id",
+            (low,),
+        ):
             scan.gone(table, row_id, seq)
-
-
-def _sqlite_gone(conn: sqlite3.Connection, table: str, after: int | None) -> Iterator[Any]:
-    later = "" if after is None else " AND c.seq > ?"
-    return conn.execute(
-        f"SELECT c.row_id, max(c.seq) FROM chain c WHERE c.tbl = '{table}'{later} "
-        f"AND NOT EXISTS (SELECT 1 FROM {table} t WHERE t.id = c.row_id) GROUP BY c.row_id",
-        () if after is None else (after,),
-    )
 
 
 def _sqlite_wheres(conn: sqlite3.Connection, step_ids: list[str]) -> dict[str, str]:

@@ -81,6 +81,7 @@ class Journal:
         # Seals the bodies a compensation replays (store/bodies.py); undoproxy run passes the
         # installation's key, so that they can be opened after a restart.
         self.box = box or CredentialBox.for_this_process()
+        self.path: Path | None = None  # the SQLite file (None: not a file, e.g. PostgreSQL)
         self._seq: dict[str, int] = {}  # last step number of each session in memory
         self.sessions = SessionIndex(forgotten=self._forget)
         self.frozen_all = False  # the global kill switch (kept in settings)
@@ -119,6 +120,7 @@ class Journal:
             lock.release()
             raise
         journal._lock = lock
+        journal.path = path
         return journal
 
     async def close(self) -> None:

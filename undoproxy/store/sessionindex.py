@@ -73,6 +73,12 @@ class SessionIndex:
         if self._open.get(session.id) is session or self._closed.get(session.id) is session:
             self[session.id] = session
 
+    def discard(self, session_id: str) -> None:
+        """Forget a session that is no longer in the journal (archived)."""
+        self._open.pop(session_id, None)
+        if self._closed.pop(session_id, None) is not None:
+            self._forgotten(session_id)
+
     @property
     def open_count(self) -> int:
         """How many sessions in memory are not closed."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
 
 import asyncpg
 
@@ -49,7 +48,7 @@ async def verify(
                     raise ValueError(f"the head {since} is not in the chain: verify it all")
                 start = (int(seq), since)
             scan = Scan(cut=cut, since=start)
-            await _scan(conn, scan, start[0] if start else None, Ticker(progress))
+            await _scan(conn, scan, Ticker(progress))
             archived = set(archived_heads)
             missing = [
                 chainscan.head_problem(head, cut)
@@ -81,28 +80,29 @@ async def pg_cut(conn: asyncpg.Connection) -> Cut | None:
     return Cut(row["id"], int(row["chain_seq"]), row["chain_hash"]) if row else None
 
 
-async def _scan(conn: asyncpg.Connection, scan: Scan, after: int | None, ticker: Ticker) -> None:
-    after_seq = -1 if after is None else after
-    total = await conn.fetchval("SELECT count(*) FROM chain WHERE seq > $1", after_seq)
+async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker) -> None:
+    # Entries up to a cut are ignored: an archive deletes them right after its commit.
+    low, incremental = chainscan.bounds(scan.cut, scan.since)
+    total = await conn.fetchval("SELECT count(*) FROM chain WHERE seq > $1", low)
     n = 0
     async for r in conn.cursor(
         "SELECT seq, tbl, row_id, prev_hash, hash FROM chain WHERE seq > $1 ORDER BY seq",
-        after_seq,
+        low,
         prefetch=FETCH,
     ):
         n += 1
         scan.entry(r["seq"], r["tbl"], r["row_id"], r["prev_hash"], r["hash"])
         ticker.tick("chain links", n, total)
-    later = (
-        ""
-        if after is None
-        else " WHERE (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > $1)"
+    rows_later = (
+        " AND (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > $1)"
+        if incremental
+        else ""
     )
-    args: tuple[Any, ...] = () if after is None else (after,)
     n = 0
     async for r in conn.cursor(
-        f"SELECT tbl, row_id, version, seq FROM chain{later} ORDER BY tbl, row_id, version",
-        *args,
+        f"SELECT tbl, row_id, version, seq FROM chain WHERE seq > $1{rows_later} "
+        "ORDER BY tbl, row_id, version",
+        low,
         prefetch=FETCH,
     ):
         n += 1
@@ -111,36 +111,32 @@ async def _scan(conn: asyncpg.Connection, scan: Scan, after: int | None, ticker:
     for table in chain.TABLES:
         if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", table):
             continue
-        last = (
-            f"LATERAL (SELECT seq, prev_hash, hash FROM chain WHERE tbl = '{table}' "
-            "AND row_id = t.id ORDER BY version DESC LIMIT 1) c"
-        )
-        if after is None:
+        head = "SELECT c.seq AS _seq, c.prev_hash AS _prev, c.hash AS _hash, t.*"
+        if incremental:
             rows = (
-                f"SELECT c.seq AS _seq, c.prev_hash AS _prev, c.hash AS _hash, t.* "
-                f"FROM {table} t LEFT JOIN {last} ON true ORDER BY t.created_at, t.id"
+                f"{head} FROM chain c JOIN {table} t ON t.id = c.row_id "
+                f"WHERE c.tbl = '{table}' AND c.seq > $1 AND c.version = (SELECT max(version) "
+                f"FROM chain m WHERE m.tbl = '{table}' AND m.row_id = c.row_id) ORDER BY c.seq"
             )
         else:
             rows = (
-                f"SELECT c.seq AS _seq, c.prev_hash AS _prev, c.hash AS _hash, t.* "
-                f"FROM chain c JOIN {table} t ON t.id = c.row_id WHERE c.tbl = '{table}' "
-                "AND c.seq > $1 AND c.version = (SELECT max(version) FROM chain m "
-                f"WHERE m.tbl = '{table}' AND m.row_id = c.row_id) ORDER BY c.seq"
+                f"{head} FROM {table} t LEFT JOIN LATERAL (SELECT seq, prev_hash, hash "
+                f"FROM chain WHERE tbl = '{table}' AND row_id = t.id ORDER BY version DESC "
+                "LIMIT 1) c ON c.seq > $1 ORDER BY t.created_at, t.id"
             )
         count = await conn.fetchval(f"SELECT count(*) FROM {table}")
         n = 0
-        async for r in conn.cursor(rows, *args, prefetch=FETCH):
+        async for r in conn.cursor(rows, low, prefetch=FETCH):
             n += 1
             values = list(r.items())
             entry = None if r["_seq"] is None else (r["_seq"], r["_prev"], r["_hash"])
             scan.row(table, n, values[3:], entry)
             ticker.tick(f"{table} rows", n, count)
-        later_gone = "" if after is None else " AND c.seq > $1"
         async for r in conn.cursor(
-            f"SELECT c.row_id, max(c.seq) AS seq FROM chain c WHERE c.tbl = '{table}'"
-            f"{later_gone} AND NOT EXISTS (SELECT 1 FROM {table} t WHERE t.id = c.row_id) "
+            f"SELECT c.row_id, max(c.seq) AS seq FROM chain c WHERE c.tbl = '{table}' "
+            f"AND c.seq > $1 AND NOT EXISTS (SELECT 1 FROM {table} t WHERE t.id = c.row_id) "
             "GROUP BY c.row_id",
-            *args,
+            low,
             prefetch=FETCH,
         ):
             scan.gone(table, r["row_id"], r["seq"])
