@@ -126,6 +126,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", metavar="ID", help="the approval id (see `undoproxy approvals`)")
         p.add_argument("--reason", metavar="TEXT", help="why (required for critical risk)")
         p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
+    p = command("archive", control.cmd_archive, admin=True)
+    p.add_argument(
+        "--older-than",
+        required=True,
+        metavar="AGE",
+        help="sessions committed or rolled back and idle for longer than this (30d, 12h)",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--to", metavar="PATH", help="a new archive file, or a directory for one")
+    where.add_argument(
+        "--delete", action="store_true", help="remove them without an archive file"
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p = command("verify", server.cmd_verify, config=True)
     p.add_argument(
         "--head",
@@ -139,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HEAD",
         help="check only what came after this head (an earlier verify printed it); "
         "`last`: the head of the last verify that passed",
+    )
+    p.add_argument(
+        "--archive",
+        action="append",
+        metavar="FILE",
+        help="also check an archive file `undoproxy archive` wrote, on its own and against "
+        "the journal (repeatable, oldest first)",
     )
     p.add_argument(
         "--progress",

@@ -78,9 +78,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     config = load_config(config_path(args))
     since = _since(args, config.state_dir)
+    files = _archive_files(args, config) if args.archive else []
     options: dict[str, Any] = {
         "since": since,
         "progress": _progress if args.progress or sys.stderr.isatty() else None,
+        "archived_heads": {h for checked in files for h in checked.heads},
     }
     try:
         if config.store_url is not None:
@@ -97,6 +99,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 raise UndoproxyError(f"cannot read the journal {path}: {exc}") from None
     except ValueError as exc:  # --since a head the chain does not have
         raise UndoproxyError(str(exc)) from None
+    file_problems = _file_problems(files)
+    if file_problems:
+        out(f"FAILED: {file_problems[0]}")
+        for problem in file_problems[1:21]:
+            out(f"  also: {problem}")
+        return 1
+    for checked in files:
+        members = checked.members
+        out(
+            f"archive {checked.path}: ok, {len(members)} batch(es), "
+            f"{sum(m.sessions for m in members)} sessions, {sum(m.steps for m in members)} steps"
+        )
     if report.problems:
         first, *rest = report.problems
         out(f"FAILED: {first}")
@@ -114,6 +128,61 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     _record(config.state_dir, report.head)
     return 0
+
+
+def _archive_files(args: argparse.Namespace, config: Any) -> list[Any]:
+    """Each archive file checked on its own and against the journal's `archives` rows."""
+    from undoproxy.store import archivefile
+
+    recorded = _recorded(config)
+    checked: list[archivefile.FileCheck] = []
+    for name in args.archive:
+        path = Path(name)
+        if not path.is_file():
+            raise UndoproxyError(f"no archive file {path}")
+        found = archivefile.check_file(path, heads=args.head or ())
+        found.problems += archivefile.against_journal(found, recorded)
+        before = checked[-1].members if checked else []
+        if before and found.members and found.members[0].cut_before != before[-1].cut:
+            found.problems.append(f"{path} does not start where {checked[-1].path} ended")
+        checked.append(found)
+    return checked
+
+
+def _file_problems(files: list[Any]) -> list[str]:
+    return [problem for checked in files for problem in checked.problems]
+
+
+def _recorded(config: Any) -> dict[str, dict[str, Any]]:
+    """The journal's `archives` rows, id -> row."""
+    sql = "SELECT id, sha256, chain_seq, chain_hash FROM archives"
+    if config.store_url is not None:
+        import asyncpg
+
+        async def read() -> list[Any]:
+            conn = await asyncpg.connect(config.store_url)
+            try:
+                return list(await conn.fetch(sql))
+            finally:
+                await conn.close()
+
+        try:
+            rows = asyncio.run(read())
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise UndoproxyError(f"cannot read the journal's archives: {exc}") from None
+        return {r["id"]: dict(r) for r in rows}
+    import sqlite3
+    from urllib.parse import quote
+
+    try:
+        db = sqlite3.connect(f"file:{quote(str(config.store_path))}?mode=ro", uri=True)
+        try:
+            db.row_factory = sqlite3.Row
+            return {r["id"]: dict(r) for r in db.execute(sql)}
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise UndoproxyError(f"cannot read the journal's archives: {exc}") from None
 
 
 def _record(state_dir: Path, head: str) -> None:

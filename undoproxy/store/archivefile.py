@@ -106,10 +106,11 @@ def _line(
             return f"batch {member['header']['id']}: its chain does not end at its cut"
         if any(member["counts"][k] != end.get(k) for k in member["counts"]):
             return f"batch {member['header']['id']}: its counts do not match its rows"
+        before = member["header"]["cut_before"]
         found.members.append(
             Member(
                 str(member["header"]["id"]),
-                (int(member["header"]["cut_before"]["seq"]), member["header"]["cut_before"]["hash"]),
+                (int(before["seq"]), str(before["hash"])),
                 cut,
                 sha,
                 member["counts"]["sessions"],
