@@ -309,16 +309,16 @@ def sqlite_cut(conn: sqlite3.Connection) -> Cut | None:
     return Cut(str(row[0]), int(row[1]), str(row[2])) if row else None
 
 
-def bounds(cut: Cut | None, since: tuple[int, str] | None) -> tuple[int, bool]:
-    """The chain seq a scan starts after (the cut's, or the head verified from) and whether
-    it checks only the rows changed after it (incremental)."""
-    low = max(cut.seq if cut else 0, since[0] if since else 0)
-    return low, since is not None
+def bounds(cut: Cut | None, since: tuple[int, str] | None) -> tuple[int, int, bool]:
+    """The chain seq the chain starts after (the cut's), the one the scan starts after (or
+    the head verified from), and whether it checks only rows changed after it."""
+    floor = cut.seq if cut else 0
+    return floor, max(floor, since[0] if since else 0), since is not None
 
 
 def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, ticker: Ticker) -> None:
     # Entries up to a cut are ignored: an archive deletes them right after its commit.
-    low, incremental = bounds(scan.cut, scan.since)
+    floor, low, incremental = bounds(scan.cut, scan.since)
     total = conn.execute("SELECT count(*) FROM chain WHERE seq > ?", (low,)).fetchone()[0]
     cur = conn.execute(
         "SELECT seq, tbl, row_id, prev_hash, hash FROM chain WHERE seq > ? ORDER BY seq", (low,)
@@ -332,7 +332,7 @@ def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, ticker: Ticker) -> None:
     cur = conn.execute(
         f"SELECT tbl, row_id, version, seq FROM chain WHERE seq > ?{rows_later} "
         "ORDER BY tbl, row_id, version",
-        (low, low) if incremental else (low,),
+        (floor, low) if incremental else (floor,),
     )
     for n, (table, row_id, version, seq) in enumerate(cur, 1):
         scan.version(table, row_id, version, seq)

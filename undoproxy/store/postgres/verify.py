@@ -82,7 +82,7 @@ async def pg_cut(conn: asyncpg.Connection) -> Cut | None:
 
 async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker) -> None:
     # Entries up to a cut are ignored: an archive deletes them right after its commit.
-    low, incremental = chainscan.bounds(scan.cut, scan.since)
+    floor, low, incremental = chainscan.bounds(scan.cut, scan.since)
     total = await conn.fetchval("SELECT count(*) FROM chain WHERE seq > $1", low)
     n = 0
     async for r in conn.cursor(
@@ -94,7 +94,7 @@ async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker) -> None:
         scan.entry(r["seq"], r["tbl"], r["row_id"], r["prev_hash"], r["hash"])
         ticker.tick("chain links", n, total)
     rows_later = (
-        " AND (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > $1)"
+        " AND (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > $2)"
         if incremental
         else ""
     )
@@ -102,7 +102,7 @@ async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker) -> None:
     async for r in conn.cursor(
         f"SELECT tbl, row_id, version, seq FROM chain WHERE seq > $1{rows_later} "
         "ORDER BY tbl, row_id, version",
-        low,
+        *((floor, low) if incremental else (floor,)),
         prefetch=FETCH,
     ):
         n += 1
