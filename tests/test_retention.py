@@ -108,3 +108,26 @@ def test_a_retention_config_that_cannot_work_is_refused(
     config.write_text(yaml.safe_dump({"state_dir": str(tmp_path), "retention": retention}))
     result = run_cli("rules", "check", "-c", str(config))
     assert result.returncode == 2 and error in result.stderr, result.stderr
+
+
+def test_a_closed_session_read_back_after_a_restart_still_refuses_mutations(
+    tmp_path: Path, tls_upstream: ThreadedServer
+) -> None:
+    first = Undoproxy(tmp_path / "restart").start()
+    try:
+        _traffic(first, tls_upstream, "closed-one", 2)
+        assert first.api("POST", "/api/sessions/closed-one/commit").status_code == 200
+    finally:
+        assert first.stop() == 0
+    again = Undoproxy(tmp_path / "restart").start()  # loads open sessions only
+    try:
+        with again.agent("closed-one") as agent:
+            refused = agent.post(f"{tls_upstream.base_url}/echo/x", json={})
+            assert refused.status_code == 409, refused.text
+            assert refused.json()["error"] == "undoproxy_session_closed"
+            agent.get(f"{tls_upstream.base_url}/echo/read").raise_for_status()  # reads pass
+        steps = again.steps("closed-one")
+        assert [s["seq"] for s in steps][-1] == len(steps)  # numbered after the others
+        assert steps[-1]["url"].endswith("/echo/read")
+    finally:
+        assert again.stop() == 0
