@@ -26,7 +26,6 @@ from undoproxy.store import archives, counts
 # a name) for the per-session and per-replica ones.
 MIGRATE = 0x756E646F_0001  # "undo" + 1
 CHAIN = 0x756E646F_0002  # every write of chained rows, across replicas, one at a time
-ROLLBACK_CLASS = 0x756E_6401  # (class, hashtext(session id)): a rollback runs
 REPLICA_CLASS = 0x756E_6402  # (class, hashtext(replica name)): the replica is alive
 CHANNEL = "undoproxy"  # LISTEN/NOTIFY channel of journal events
 
@@ -132,10 +131,22 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX approvals_by_replica ON approvals (replica, state);
         """,
     ),
+    (
+        # A rollback's lease on its session (`leases.py`): who holds it and until when, in
+        # the database's clock; every `compensating` mark is fenced on it.
+        "pg_002_rollback_leases",
+        """
+        CREATE TABLE rollback_leases (
+            session_id text PRIMARY KEY,
+            token text NOT NULL,
+            until double precision NOT NULL
+        );
+        """,
+    ),
     # Each session's counts, kept by a trigger with its steps (store/counts.py).
-    ("pg_002_session_counts", counts.POSTGRES),
+    ("pg_003_session_counts", counts.POSTGRES),
     # What retention removed, chained (store/archives.py).
-    ("pg_003_archives", archives.POSTGRES),
+    ("pg_004_archives", archives.POSTGRES),
 )
 
 
