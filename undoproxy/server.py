@@ -29,7 +29,7 @@ from mitmproxy import options
 from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
 from mitmproxy.master import Master
 
-from undoproxy import cabundle
+from undoproxy import cabundle, retention
 from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
@@ -70,6 +70,7 @@ class Running:
     token_generated: bool
     guard: FailClosed
     background: list[Any] = field(default_factory=list)
+    periodic: list[asyncio.Task[None]] = field(default_factory=list)  # cancelled at stop
 
 
 def admin_token(config: Config) -> tuple[str, bool]:
@@ -230,12 +231,22 @@ async def start(config: Config) -> Running:
         guard,
         background=[run_task],
     )
+    if config.retention_after:
+        running.periodic.append(
+            asyncio.get_running_loop().create_task(
+                retention.run_forever(journal, config), name="retention"
+            )
+        )
     return running
 
 
 async def stop(running: Running) -> None:
     """Stop accepting, then flush the journal and close it."""
     running.master.shutdown()
+    for periodic in running.periodic:
+        periodic.cancel()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await periodic
     for task in running.background:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await task

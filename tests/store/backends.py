@@ -21,7 +21,7 @@ import asyncpg
 
 from tests.support.postgres import Cluster
 from undoproxy.events import EventBus
-from undoproxy.store import chain, schema
+from undoproxy.store import chain, chainscan, schema
 from undoproxy.store.journal import Journal
 from undoproxy.store.postgres import schema as pg_schema
 from undoproxy.store.postgres.journal import PgJournal
@@ -126,7 +126,7 @@ class SqliteStore:
         ]
 
     async def verify(self, heads: Iterable[str] = ()) -> chain.Report:
-        return await asyncio.to_thread(chain.verify, self.path, heads=list(heads))
+        return await asyncio.to_thread(chainscan.verify_sqlite, self.path, heads=list(heads))
 
     async def rebuild_chain(self) -> None:
         with sqlite3.connect(self.path) as db:

@@ -14,7 +14,7 @@ from tests.store.backends import StoreUnderTest
 from tests.store.helpers import a_step, an_approval
 from undoproxy.errors import JournalError
 from undoproxy.lifecycle import Settlement, StepStatus
-from undoproxy.store import approvals, chain, schema
+from undoproxy.store import approvals, chain, chainscan, schema
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Session
 
@@ -132,7 +132,7 @@ async def test_an_sqlite_journal_from_before_the_chain_gets_one_at_migration(
         )
     old.close()
     with pytest.raises(chain.NoChain):
-        chain.verify(path)
+        chainscan.verify_sqlite(path)
 
     journal = await Journal.open(path)
     try:
@@ -142,12 +142,12 @@ async def test_an_sqlite_journal_from_before_the_chain_gets_one_at_migration(
         await journal.settle(step, VERIFIED)  # after the upgrade: chained
     finally:
         await journal.close()
-    report = chain.verify(path)
+    report = chainscan.verify_sqlite(path)
     assert (report.problems, report.steps, report.entries) == ([], 2, 4)
 
     with sqlite3.connect(path) as db:
         db.execute("UPDATE steps SET url='https://b.test/x' WHERE id='st1'")
-    [problem] = chain.verify(path).problems
+    [problem] = chainscan.verify_sqlite(path).problems
     assert (problem.table, problem.row_id, problem.where) == ("steps", "st1", "session s1, #1")
 
 

@@ -79,7 +79,7 @@ class SessionIdentity:
         sockname = client.sockname
         return self.session_for_port(sockname[1]) if sockname else None
 
-    def _check(self, header: str | None) -> tuple[str | None, str]:
+    async def _check(self, header: str | None) -> tuple[str | None, str]:
         """(session id, "") when accepted, else (None, why)."""
         try:
             creds = parse_basic(header)
@@ -93,7 +93,10 @@ class SessionIdentity:
         if not _valid_id(session_id):
             return None, "invalid session id in the proxy credentials"
         if self.auth == "token":
-            session = self.journal.sessions.get(session_id)
+            # In memory when open; a closed one (reads still pass) is read from the journal.
+            session = self.journal.sessions.get(session_id) or await self.journal.find_session(
+                session_id
+            )
             # Bytes: compare_digest refuses str with non-ASCII characters.
             if session is None or not hmac.compare_digest(
                 session.token.encode(), token.encode("utf-8", "surrogatepass")
@@ -101,7 +104,7 @@ class SessionIdentity:
                 return None, f"unknown session or wrong token for session {session_id!r}"
         return session_id, ""
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
         """Remember the tunnel's session (or refuse the tunnel with 407)."""
         own = self._port_session(flow.client_conn)
         if own is not None:
@@ -110,13 +113,13 @@ class SessionIdentity:
         header = flow.request.headers.get("Proxy-Authorization")
         if header is None and self.auth != "token":
             return  # requests inside may still name a session by header
-        session_id, why = self._check(header)
+        session_id, why = await self._check(header)
         if session_id is None:
             flow.response = answers.proxy_auth_required(why)
             return
         self._tunnels[flow.client_conn.id] = session_id
 
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
         """Attribute the request to its session and strip the identifying headers."""
         if flow.response is not None:
             return
@@ -126,7 +129,7 @@ class SessionIdentity:
             plain = headers.get("Proxy-Authorization")
             named = headers.get(SESSION_HEADER, "").strip()
             if plain is not None or self.auth == "token":
-                session_id, why = self._check(plain)
+                session_id, why = await self._check(plain)
                 if session_id is None:
                     flow.response = answers.proxy_auth_required(why)
                     flow.metadata[KEY] = FlowState("default", False, answered=True, journaled=False)
@@ -140,7 +143,9 @@ class SessionIdentity:
         intent = redact.text(headers.get(INTENT_HEADER, "").strip()[:MAX_INTENT]) or None
         _strip(headers)
         if session_id not in self.journal.sessions:
-            self.journal.ensure_session(session_id)
+            # Closed sessions are not kept in memory: read it back (its state decides what a
+            # mutation gets), or create it on first use.
+            await self.journal.admit(session_id)
         flow.metadata[KEY] = FlowState(session_id, is_mutation(flow.request.method), intent=intent)
 
     def client_disconnected(self, client: connection.Client) -> None:

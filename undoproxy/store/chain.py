@@ -55,8 +55,9 @@ from urllib.parse import quote
 import aiosqlite
 
 GENESIS = "0" * 64
-TABLES = ("sessions", "steps", "approvals")  # what the chain covers, in backfill order
-_NOUN = {"sessions": "session", "steps": "step", "approvals": "approval"}
+# What the chain covers, in backfill order; `archives`: what retention removed (archiving.py).
+TABLES = ("sessions", "steps", "approvals", "archives")
+_NOUN = {"sessions": "session", "steps": "step", "approvals": "approval", "archives": "archive"}
 
 CREATE = """
 CREATE TABLE chain (
@@ -164,6 +165,8 @@ async def backfill(conn: aiosqlite.Connection) -> None:
         row = await cur.fetchone()
     prev = str(row[0]) if row else GENESIS
     for table in TABLES:
+        if not await _exists(conn, table):  # a later migration creates it
+            continue
         entries = []
         async with conn.execute(f"SELECT * FROM {table} ORDER BY rowid") as cur:
             names = [d[0] for d in cur.description]
@@ -175,6 +178,11 @@ async def backfill(conn: aiosqlite.Connection) -> None:
             "INSERT INTO chain (tbl, row_id, version, prev_hash, hash) VALUES (?, ?, ?, ?, ?)",
             entries,
         )
+
+
+async def _exists(conn: aiosqlite.Connection, table: str) -> bool:
+    async with conn.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)) as cur:
+        return await cur.fetchone() is not None
 
 
 @dataclass(frozen=True)

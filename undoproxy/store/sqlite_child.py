@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from undoproxy.store import chain, schema
+from undoproxy.store.writer import MANY
 
 HEADER = struct.Struct(">I")
 Outcome = str | None
@@ -103,6 +104,11 @@ class Batches:
         try:
             i = 0
             while i < len(ops):
+                if ops[i][0] == MANY:  # several statements, one unit (`write_all`)
+                    for sql, params in ops[i][1]:
+                        conn.execute(sql, params)
+                    i += 1
+                    continue
                 j = i + 1
                 while j < len(ops) and ops[j][0] == ops[i][0]:
                     j += 1

@@ -20,6 +20,8 @@ from typing import Any
 
 import asyncpg
 
+from undoproxy.store import archives, counts
+
 # Advisory lock keys. One bigint key each for the global locks; two int keys (class, hash of
 # a name) for the per-session and per-replica ones.
 MIGRATE = 0x756E646F_0001  # "undo" + 1
@@ -141,6 +143,10 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    # Each session's counts, kept by a trigger with its steps (store/counts.py).
+    ("pg_003_session_counts", counts.POSTGRES),
+    # What retention removed, chained (store/archives.py).
+    ("pg_004_archives", archives.POSTGRES),
 )
 
 

@@ -1,23 +1,35 @@
-"""`undoproxy verify` on a PostgreSQL journal: the same check as on SQLite (`chain.check`).
+"""`undoproxy verify` on a PostgreSQL journal: the same streaming check as on SQLite
+(`chainscan`), in constant memory.
 
 Read-only, in one REPEATABLE READ transaction (the rows and the chain as of one moment, while
-replicas keep writing). The rows are read as asyncpg returns them, which is how the writer
-hashed them (`PgWriter`), so a row edited with `psql` in any column no longer matches.
+replicas keep writing), every pass read through a server-side cursor. The rows are read as
+asyncpg returns them, which is how the writer hashed them (`PgWriter`), so a row edited with
+`psql` in any column no longer matches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
 
 import asyncpg
 
-from undoproxy.store import chain
+from undoproxy.store import chain, chainscan
+from undoproxy.store.chainscan import Cut, Progress, Scan, Ticker
+
+FETCH = 1000  # rows a cursor brings at a time
 
 
-async def verify(url: str, *, heads: Iterable[str] = ()) -> chain.Report:
-    """Check the chain of the journal at `url`; NoChain when it has none."""
+async def verify(
+    url: str,
+    *,
+    heads: Iterable[str] = (),
+    since: str | None = None,
+    progress: Progress | None = None,
+    archived_heads: Iterable[str] = (),
+) -> chainscan.Report:
+    """Check the chain of the journal at `url` (see `chainscan.verify_sqlite`); NoChain when
+    it has none, ValueError when `since` is not in the chain."""
     conn: asyncpg.Connection = await asyncpg.connect(url)
     try:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
@@ -28,28 +40,103 @@ async def verify(url: str, *, heads: Iterable[str] = ()) -> chain.Report:
                 raise chain.NoChain(
                     "the journal has no hash chain yet: start undoproxy once to create it"
                 )
-            entries = [
-                (r["seq"], r["tbl"], r["row_id"], r["version"], r["prev_hash"], r["hash"])
-                for r in await conn.fetch(
-                    "SELECT seq, tbl, row_id, version, prev_hash, hash FROM chain ORDER BY seq"
-                )
-            ]
-            tables: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-            for table in chain.TABLES:
-                rows = await conn.fetch(f"SELECT * FROM {table} ORDER BY created_at, id")
-                tables[table] = [(i, dict(r)) for i, r in enumerate(rows, 1)]
-            report = chain.check(entries, lambda table: tables[table])
+            cut = await pg_cut(conn)
+            start = None
+            if since is not None:
+                seq = await conn.fetchval("SELECT seq FROM chain WHERE hash=$1", since)
+                if seq is None:
+                    raise ValueError(f"the head {since} is not in the chain: verify it all")
+                start = (int(seq), since)
+            scan = Scan(cut=cut, since=start)
+            await _scan(conn, scan, Ticker(progress))
+            archived = set(archived_heads)
             missing = [
-                chain.Problem(
-                    (0, 0),
-                    "chain",
-                    head,
-                    "this head, recorded earlier, is no longer in the chain: it was rewritten "
-                    "or cut",
-                )
+                chainscan.head_problem(head, cut)
                 for head in heads
-                if not await conn.fetchval("SELECT 1 FROM chain WHERE hash=$1", head)
+                if head not in archived
+                and not await conn.fetchval("SELECT 1 FROM chain WHERE hash=$1", head)
+                and not (cut is not None and head == cut.hash)
             ]
+            unplaced = [p.row_id for p in scan.problems() if p.table == "steps" and not p.where]
+            wheres = {
+                r["id"]: f"session {r['session_id']}, #{r['seq']}"
+                for r in await conn.fetch(
+                    "SELECT id, session_id, seq FROM steps WHERE id = ANY($1)", unplaced
+                )
+            }
+            report = scan.report(lambda ids: wheres)
     finally:
         await conn.close()
     return dataclasses.replace(report, problems=missing + report.problems)
+
+
+async def pg_cut(conn: asyncpg.Connection) -> Cut | None:
+    """The last archive's cut, if the journal was ever archived."""
+    if not await conn.fetchval("SELECT to_regclass('archives') IS NOT NULL"):
+        return None
+    row = await conn.fetchrow(
+        "SELECT id, chain_seq, chain_hash FROM archives ORDER BY chain_seq DESC LIMIT 1"
+    )
+    return Cut(row["id"], int(row["chain_seq"]), row["chain_hash"]) if row else None
+
+
+async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker) -> None:
+    # Entries up to a cut are ignored: an archive deletes them right after its commit.
+    floor, low, incremental = chainscan.bounds(scan.cut, scan.since)
+    total = await conn.fetchval("SELECT count(*) FROM chain WHERE seq > $1", low)
+    n = 0
+    async for r in conn.cursor(
+        "SELECT seq, tbl, row_id, prev_hash, hash FROM chain WHERE seq > $1 ORDER BY seq",
+        low,
+        prefetch=FETCH,
+    ):
+        n += 1
+        scan.entry(r["seq"], r["tbl"], r["row_id"], r["prev_hash"], r["hash"])
+        ticker.tick("chain links", n, total)
+    rows_later = (
+        " AND (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > $2)"
+        if incremental
+        else ""
+    )
+    n = 0
+    async for r in conn.cursor(
+        f"SELECT tbl, row_id, version, seq FROM chain WHERE seq > $1{rows_later} "
+        "ORDER BY tbl, row_id, version",
+        *((floor, low) if incremental else (floor,)),
+        prefetch=FETCH,
+    ):
+        n += 1
+        scan.version(r["tbl"], r["row_id"], r["version"], r["seq"])
+        ticker.tick("chain versions", n, total)
+    for table in chain.TABLES:
+        if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", table):
+            continue
+        head = "SELECT c.seq AS _seq, c.prev_hash AS _prev, c.hash AS _hash, t.*"
+        if incremental:
+            rows = (
+                f"{head} FROM chain c JOIN {table} t ON t.id = c.row_id "
+                f"WHERE c.tbl = '{table}' AND c.seq > $1 AND c.version = (SELECT max(version) "
+                f"FROM chain m WHERE m.tbl = '{table}' AND m.row_id = c.row_id) ORDER BY c.seq"
+            )
+        else:
+            rows = (
+                f"{head} FROM {table} t LEFT JOIN LATERAL (SELECT seq, prev_hash, hash "
+                f"FROM chain WHERE tbl = '{table}' AND row_id = t.id ORDER BY version DESC "
+                "LIMIT 1) c ON c.seq > $1 ORDER BY t.created_at, t.id"
+            )
+        count = await conn.fetchval(f"SELECT count(*) FROM {table}")
+        n = 0
+        async for r in conn.cursor(rows, low, prefetch=FETCH):
+            n += 1
+            values = list(r.items())
+            entry = None if r["_seq"] is None else (r["_seq"], r["_prev"], r["_hash"])
+            scan.row(table, n, values[3:], entry)
+            ticker.tick(f"{table} rows", n, count)
+        async for r in conn.cursor(
+            f"SELECT c.row_id, max(c.seq) AS seq FROM chain c WHERE c.tbl = '{table}' "
+            f"AND c.seq > $1 AND NOT EXISTS (SELECT 1 FROM {table} t WHERE t.id = c.row_id) "
+            "GROUP BY c.row_id",
+            low,
+            prefetch=FETCH,
+        ):
+            scan.gone(table, r["row_id"], r["seq"])

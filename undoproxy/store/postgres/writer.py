@@ -30,7 +30,7 @@ import asyncpg
 from undoproxy.store import chain
 from undoproxy.store.postgres.schema import CHAIN
 from undoproxy.store.postgres.sql import changed_table, translate
-from undoproxy.store.writer import QueuedWriter, _Op
+from undoproxy.store.writer import MANY, QueuedWriter, _Op
 
 log = logging.getLogger(__name__)
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
@@ -67,32 +67,52 @@ class PgWriter(QueuedWriter):
             self._conn = await self._connect()
         conn = self._conn
         async with conn.transaction():
-            head: str | None = None
-            entries: list[tuple[str, str, str, str]] = []
+            chained = _Chained(conn)
             for op in batch:
-                statement = translate(op.sql)
-                args = statement.args(op.params)
-                table = changed_table(op.sql)
-                if table not in chain.TABLES:
-                    await conn.execute(statement.sql, *args)
-                    op.result = None
-                    continue
-                if head is None:
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN)
-                    head = await conn.fetchval("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1")
-                    head = head or chain.GENESIS
-                rows = await conn.fetch(statement.sql + " RETURNING *", *args)
-                for row in rows:
-                    digest = chain.entry_hash(head, chain.canonical(table, row.items()))
-                    entries.append((table, row["id"], head, digest))
-                    head = digest
-                op.result = [dict(r) for r in rows]
-            if entries:
-                await conn.executemany(_INSERT_ENTRY, entries)
+                if op.sql == MANY:  # several statements, one unit (`write_all`)
+                    statements: Any = op.params
+                    op.result = [await chained.run(sql, params) for sql, params in statements]
+                else:
+                    op.result = await chained.run(op.sql, op.params)
+            await chained.append()
 
     @staticmethod
     def _database_failed(exc: Exception) -> bool:
         return isinstance(exc, _CONNECTION_ERRORS)
+
+
+class _Chained:
+    """One transaction's statements, each chained row's entry computed as it is returned."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self.head: str | None = None
+        self.entries: list[tuple[str, str, str, str]] = []
+
+    async def run(self, sql: str, params: Any) -> list[dict[str, Any]] | None:
+        """Run one statement; the rows it changed when it writes a chained table."""
+        conn = self.conn
+        statement = translate(sql)
+        args = statement.args(params)
+        table = changed_table(sql)
+        if table not in chain.TABLES:
+            await conn.execute(statement.sql, *args)
+            return None
+        if self.head is None:
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN)
+            head = await conn.fetchval("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1")
+            self.head = head or chain.GENESIS
+        rows = await conn.fetch(statement.sql + " RETURNING *", *args)
+        for row in rows:
+            digest = chain.entry_hash(self.head, chain.canonical(table, row.items()))
+            self.entries.append((table, row["id"], self.head, digest))
+            self.head = digest
+        return [dict(r) for r in rows]
+
+    async def append(self) -> None:
+        """Append the transaction's entries to the chain (before its commit)."""
+        if self.entries:
+            await self.conn.executemany(_INSERT_ENTRY, self.entries)
 
 
 def returned(result: Any) -> list[dict[str, Any]]:
