@@ -15,6 +15,7 @@ import aiohttp
 from yarl import URL
 
 from undoproxy import redact
+from undoproxy.limits import MAX_UPSTREAM_ANSWER
 from undoproxy.retry import RETRY_STATUSES, RetryPolicy
 from undoproxy.signing import Signers
 
@@ -56,6 +57,20 @@ class UpstreamError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+async def _read_at_most(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, as aiohttp decodes it; UpstreamError past `limit` bytes (a decompression
+    bomb, or a target too large to keep): never more than that is held in memory."""
+    body = bytearray()
+    while chunk := await resp.content.read(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            raise UpstreamError(
+                f"{resp.method} {redact.url(str(resp.url))}: the answer is larger than "
+                f"{limit} bytes; undoproxy reads no more of it"
+            )
+    return bytes(body)
 
 
 class UpstreamClient:
@@ -109,7 +124,7 @@ class UpstreamClient:
             async with self._client().request(
                 method, target, headers=sent_headers, data=body, allow_redirects=False
             ) as resp:
-                data = await resp.read()
+                data = await _read_at_most(resp, MAX_UPSTREAM_ANSWER)
                 return UpstreamResponse(resp.status, dict(resp.headers), data)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(
