@@ -52,6 +52,7 @@ RULES = [
     },
 ]
 
+
 @functools.cache
 def bomb() -> bytes:
     """256 MiB of spaces in a JSON string: about 260 KB of gzip, in 258 gzip members (one

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
 
 
 @pytest.fixture(scope="module")
-def upstream(upstream_cert: tuple) -> Iterator[RawUpstream]:  # type: ignore[type-arg]
+def upstream(upstream_cert: tuple[Path, Path]) -> Iterator[RawUpstream]:
     server = RawUpstream(upstream_cert).start()
     yield server
     server.stop()
@@ -115,7 +116,7 @@ def test_a_switch_to_another_protocol_than_websocket_relays_nothing(
 
 
 def test_a_tunnel_to_the_dns_port_is_not_spoken_to_as_dns(
-    proxy: Undoproxy, upstream_cert: tuple, session_id: str  # type: ignore[type-arg]
+    proxy: Undoproxy, session_id: str
 ) -> None:
     # mitmproxy speaks DNS to ports 53 and 5353 whatever the bytes; here too only HTTP passes.
     try:

@@ -198,8 +198,8 @@ def test_a_frozen_session_cannot_open_a_socket(
     assert step["status"] == "denied" and step["response_status"] == 403
 
 
-@pytest.mark.parametrize("scope", ["session", "all"])
-def test_freeze_closes_open_sockets_and_nothing_more_reaches_the_server(
+@pytest.mark.parametrize("scope", ["session", "all", "commit"])
+def test_freeze_and_commit_close_open_sockets_and_nothing_more_reaches_the_server(
     proxy: Undoproxy,
     ws_upstream: ThreadedServer,
     agents: list[Agent],
@@ -210,7 +210,11 @@ def test_freeze_closes_open_sockets_and_nothing_more_reaches_the_server(
     agent = _agent(agents, proxy, session_id, f"wss://127.0.0.1:{ws_upstream.port}/chat")
     agent.open()
     assert agent.say(f"before {marker}") == f"echo: before {marker}"
-    path = f"/api/sessions/{session_id}/freeze" if scope == "session" else "/api/freeze"
+    path = {
+        "session": f"/api/sessions/{session_id}/freeze",
+        "all": "/api/freeze",
+        "commit": f"/api/sessions/{session_id}/commit",
+    }[scope]
     try:
         assert proxy.api("POST", path).status_code == 200
         assert agent.closed()
@@ -222,8 +226,10 @@ def test_freeze_closes_open_sockets_and_nothing_more_reaches_the_server(
     time.sleep(0.3)
     assert f"before {marker}" in _received(ws_upstream)
     assert f"after {marker}" not in _received(ws_upstream)
-    meta = _until(lambda: (m := proxy.steps(session_id)[0]["meta"]) and "closed" in m["websocket"] and m)  # noqa: E501
-    assert "frozen" in meta["websocket"]["closed"]
+    meta = _until(
+        lambda: (m := proxy.steps(session_id)[0]["meta"]) and "closed" in m["websocket"] and m
+    )
+    assert ("committed" if scope == "commit" else "frozen") in meta["websocket"]["closed"]
 
 
 def test_rollback_reports_the_socket_and_its_messages_irreversible(
