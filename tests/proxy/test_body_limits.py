@@ -95,16 +95,32 @@ def test_a_body_at_the_limit_is_forwarded(
     assert step["request"]["body_length"] == MAX_REQUEST_BODY
 
 
+@pytest.mark.parametrize(
+    "how",
+    [
+        ["--http1.1"],
+        ["--http1.1", "-H", "Expect:"],  # the body comes at once, not after a 100 Continue
+        ["--http2", "TLS"],
+    ],
+    ids=["http1.1", "no Expect", "http2"],
+)
 def test_a_body_announced_past_the_limit_is_refused_at_once_with_curl(
-    proxy: Undoproxy, upstream: ThreadedServer, session_id: str, tmp_path: Path
+    proxy: Undoproxy,
+    upstream: ThreadedServer,
+    tls_upstream: ThreadedServer,
+    session_id: str,
+    tmp_path: Path,
+    how: list[str],
 ) -> None:
     big = tmp_path / "big"
     with big.open("wb") as f:
         f.truncate(MAX_REQUEST_BODY + 1)  # sparse: nothing to write
     path = f"/files/{uuid.uuid4().hex}"
+    base = tls_upstream.base_url if "TLS" in how else upstream.base_url
     done = subprocess.run(
-        ["curl", "-sS", "-x", proxy.proxy_url(session_id), "-X", "PUT", "--data-binary",
-         f"@{big}", "-o", "-", "-w", "\n%{http_code}", upstream.base_url + path],
+        ["curl", "-sS", "--max-time", "30", "-x", proxy.proxy_url(session_id),
+         "--cacert", proxy.ca_bundle, "-X", "PUT", "--data-binary", f"@{big}",
+         "-o", "-", "-w", "\n%{http_code}", *[a for a in how if a != "TLS"], base + path],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     body, _, code = done.stdout.rpartition("\n")

@@ -246,3 +246,27 @@ def test_rollback_reports_the_socket_and_its_messages_irreversible(
     assert [s["status"] for s in report["steps"]] == ["irreversible"] * 3
     assert "cannot be unsent" in report["steps"][0]["detail"]
     assert report["state"] == "rollback_incomplete"
+
+
+def test_messages_count_against_the_budget(
+    tmp_path: Path, ws_upstream: ThreadedServer, agents: list[Agent], session_id: str
+) -> None:
+    # The upgrade is one mutation, each message sent another: the third is over the budget.
+    instance = Undoproxy(tmp_path / "budget", {"guard": {"max_mutations": 2}}).start()
+    try:
+        marker = uuid.uuid4().hex
+        agent = _agent(agents, instance, session_id, f"wss://127.0.0.1:{ws_upstream.port}/b")
+        agent.open()
+        assert agent.say(f"within {marker}") == f"echo: within {marker}"
+        assert agent.say(f"over {marker}") in ("<CLOSE>", "<CLOSED>", "<ERROR>")
+        time.sleep(0.3)
+        assert f"over {marker}" not in _received(ws_upstream)
+        steps = _until(lambda: (s := instance.steps(session_id)) and len(s) >= 4 and s)
+        denied = [s for s in steps if s["status"] == "denied"]
+        assert [s["method"] for s in denied] == ["WEBSOCKET"]
+        assert "max_mutations" in denied[0]["error"]
+    finally:
+        for agent in agents:
+            agent.close()
+        agents.clear()
+        instance.stop()
