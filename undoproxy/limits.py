@@ -10,8 +10,9 @@ tests/proxy/test_body_limits.py, tests/proxy/test_bombs.py). What happens past e
     MAX_DECODED           the body is not decoded further: the rules see it as ambiguous
                           (a hold or deny rule that could match it, does)
     MAX_RATIO             the same, as soon as a body inflates more than this many times
-    MAX_UPSTREAM_ANSWER   undoproxy's own request (snapshot, read-back) fails: a mutation
-                          whose snapshot fails is not forwarded (502)
+
+What undoproxy reads of the answers to its own requests (snapshots, read-backs) is bounded in
+undoproxy/upstream.py (`KEEP`; never decoded, so a compressed bomb costs only its own size).
 """
 
 from __future__ import annotations
@@ -37,6 +38,3 @@ RATIO_FLOOR: Final = 1 * MiB
 
 DECODE_IN_THREAD_OVER: Final = 64 * 1024
 """Encoded bodies bigger than this are decoded in a worker thread, off the event loop."""
-
-MAX_UPSTREAM_ANSWER: Final = 16 * MiB
-"""The most undoproxy reads of an answer to its own requests (after content decoding)."""
