@@ -157,7 +157,7 @@ class Holds:
         raw = decoded.body
         parsed: Any = None
         if decoded.problem is not None:
-            shown = f"<{len(raw)} bytes as sent: {decoded.problem}>"
+            shown = f"<{len(raw)} bytes as sent: {redact.text(decoded.problem)}>"
         elif raw and len(raw) <= MUTATION_BODY_LIMIT:
             try:
                 parsed = json.loads(raw)
