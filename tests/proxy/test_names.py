@@ -107,6 +107,7 @@ def test_names_that_disagree_are_refused_with_421(
         ("http", "localhost", [], 403),  # the rule names the host the upstream serves
         ("https", "localhost", [], 403),
         ("https", "localhost", ["--http2"], 403),
+        ("https", "localhost", ["--resolve", "localhost:{port}:127.0.0.1"], 403),
         ("http", "127.0.0.1", [], 200),
         ("https", "127.0.0.1", [], 200),
         ("https", "localhost", ["-H", "Host: LocalHost.:{port}"], 403),  # case, trailing dot
