@@ -104,6 +104,11 @@ class SessionIdentity:
                 return None, f"unknown session or wrong token for session {session_id!r}"
         return session_id, ""
 
+    def session_of(self, client: connection.Client) -> str:
+        """The session a connection's traffic belongs to as far as the connection tells (its
+        port, its tunnel's credentials), else `default`."""
+        return self._tunnels.get(client.id) or self._port_session(client) or "default"
+
     async def http_connect(self, flow: http.HTTPFlow) -> None:
         """Remember the tunnel's session (or refuse the tunnel with 407)."""
         own = self._port_session(flow.client_conn)
