@@ -2,7 +2,7 @@
 
 The result is the journal's compensation record, a JSON-safe dict (`record.py` reads it into
 typed fields for rollback):
-    kind            restore | delete-created | recreate | template | a pack name
+    kind            restore | delete-created | recreate | template | rpc | a pack name
     method, url     the inverse request (absent while not ready)
     body_b64, content_type, headers   its body and extra (non-secret) headers
     fallback        recreate's POST to the collection, when PUT is answered 404/405
@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
-from undoproxy.compensators import email, packs, webdav
+from undoproxy.compensators import email, packs, rpc, webdav
 from undoproxy.compensators.model import (
     Facts,
     Irreversible,
@@ -319,6 +319,8 @@ def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
             comp.update(_delete_created(facts), ready=True)
         elif plan.kind == "template" and not comp["ready"]:
             comp.update(_template(plan, facts, with_response=True), ready=True)
+        elif plan.kind == "rpc" and plan.template is not None:
+            comp.update(rpc.build(plan.template, facts), ready=True)
         elif plan.kind in packs.PACK_BUILDERS:
             comp.update(packs.PACK_BUILDERS[plan.kind](facts), ready=True)
     except Irreversible as exc:

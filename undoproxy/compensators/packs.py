@@ -10,8 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from undoproxy.compensators import couchdb, davrequests, github, matrix, s3, slack, stripe, webdav
-from undoproxy.compensators.model import Facts, PreRead
+from undoproxy.compensators import (
+    couchdb,
+    davrequests,
+    github,
+    matrix,
+    rpc,
+    s3,
+    slack,
+    stripe,
+    webdav,
+)
+from undoproxy.compensators.model import Facts, Plan, PreRead
 
 PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **github.BUILDERS,
@@ -35,13 +45,18 @@ PACK_SNAPSHOTS: dict[str, Callable[[str, str, bytes], list[str]]] = {
 PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {**webdav.READS}
 
 
-def reads_for(kind: str, snapshot_url: str | None, facts: Facts) -> list[PreRead]:
-    """What a compensation of `kind` reads before forwarding, besides its snapshot GETs.
+def reads_for(plan: Plan, facts: Facts) -> list[PreRead]:
+    """What a compensation of `plan.kind` reads before forwarding, besides its snapshot GETs;
+    `facts.reads` holds what earlier rounds answered (a pack whose second read depends on its
+    first asks for it once the first is there). Raises Irreversible.
 
     `recreate` also reads the target's WebDAV properties (optional: a server that does not
     speak WebDAV answers with an error and has none to lose), so that a deleted file gets its
     dead properties back and a deleted collection is known as one.
     """
+    kind, snapshot_url = plan.kind, plan.snapshot_url
+    if kind == "rpc" and plan.template is not None:
+        return rpc.reads(plan.template, facts)
     if kind == "recreate" and snapshot_url:
         if facts.snapshot is not None and not facts.snapshot.existed:
             return []  # nothing was there: nothing to recreate, no properties to keep

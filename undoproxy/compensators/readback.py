@@ -12,6 +12,17 @@ show, field by field, and stores that with the compensation as `readback`:
 A read-back of a step that deleted the target says `"left_gone": true` (gone is as it left
 it); one that created it may give `left` checks as well as `gone`.
 
+An RPC API reads by POST (DynamoDB's GetItem, etcd's `/v3/kv/range`, a vector store's `get`):
+its read-back says the request to send, which is a read and never changes anything (so it
+is retried like a GET), and, when the API answers "no such thing" with something other than
+404/410, what that answer is (`absent_when`; AWS JSON APIs answer HTTP 400 with a `__type`
+ending `ResourceNotFoundException`):
+
+    {"method": "POST", "url": "https://dynamodb…/", "body_b64": "…",
+     "headers": {"X-Amz-Target": "DynamoDB_20120810.GetItem",
+                 "Content-Type": "application/x-amz-json-1.0"},
+     "expect": [{"path": ["Item"], "equals": {"id": {"S": "7"}, "n": {"N": "1"}}}]}
+
 A path is a list of keys and list indexes, `"*"` for every item of a list (or value of an
 object). `equals`: the value at `path` (missing reads as null; with `"*"` the values, compared
 as a set); `excludes`: none of the values at `path` is one of these. An `equals` check may
@@ -25,6 +36,7 @@ and is not overwritten. Rollback's judge GETs the URL with the agent's credentia
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -53,6 +65,70 @@ def readback(url: str, *checks: dict[str, Any]) -> dict[str, Any]:
 def gone(url: str) -> dict[str, Any]:
     """A read-back of `url` that must answer 404 or 410."""
     return {"url": url, "gone": True}
+
+
+def rpc_read(
+    method: str,
+    url: str,
+    body: Any,
+    headers: dict[str, str] | None = None,
+    absent_when: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The request part of an RPC read-back (a POST with a body that only reads): add
+    `expect`, `gone` or `left` to it. `body` is JSON, or bytes sent as they are."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    out: dict[str, Any] = {
+        "method": method.upper(),
+        "url": url,
+        "body_b64": base64.b64encode(raw).decode(),
+        "headers": dict(headers or {}),
+    }
+    if absent_when:
+        out["absent_when"] = absent_when
+    return out
+
+
+def absent_when(statuses: list[int], body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """How an API answers "no such thing" other than 404/410: one of `statuses`, with every
+    JSONPath condition of `body` holding on its JSON (as `match.body` conditions read):
+    `absent_when([400], {"$.__type": {"regex": "ResourceNotFoundException$"}})`."""
+    return {"status": list(statuses), "body": dict(body or {})}
+
+
+def absent_answer(spec: dict[str, Any] | None, status: int, body: bytes) -> str:
+    """Why an answer is the API's "no such thing" as `spec` (`absent_when`) declares it, or
+    '' when it is not (then it is judged by its status alone)."""
+    if not spec or status not in (spec.get("status") or []):
+        return ""
+    # rules.conditions is pure; imported here, as rules import the compensator catalog
+    from undoproxy.rules.conditions import Condition, ConditionError
+    from undoproxy.rules.jsonpaths import JsonPath
+
+    try:
+        doc = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return ""
+    conditions = dict(spec.get("body") or {})
+    for path, condition in conditions.items():
+        try:
+            found = JsonPath(str(path)).find(doc) if doc is not None else []
+            if not Condition.compile(condition).holds(found):
+                return ""
+        except (ValueError, ConditionError):
+            return ""
+    named = ""
+    kind = doc.get("__type") if isinstance(doc, dict) else None
+    if isinstance(kind, str):
+        named = f" {kind.rsplit('#', 1)[-1]}"
+    return f"(the API's{named} answer for no such thing)"
+
+
+def request_of(spec: dict[str, Any]) -> tuple[str, dict[str, str], bytes | None]:
+    """(method, headers, body) of a read-back's read: a GET unless it names another."""
+    method = str(spec.get("method") or "GET").upper()
+    headers = {str(k): str(v) for k, v in (spec.get("headers") or {}).items()}
+    body = base64.b64decode(spec["body_b64"]) if spec.get("body_b64") else None
+    return method, headers, body
 
 
 def _same(a: Any, b: Any) -> bool:

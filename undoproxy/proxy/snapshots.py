@@ -26,7 +26,9 @@ from undoproxy import redact
 from undoproxy.compensators.build import complete, prepare
 from undoproxy.compensators.model import (
     AFTER_BODY_LIMIT,
+    MAX_READ_ROUNDS,
     Facts,
+    Irreversible,
     Plan,
     PreRead,
     Snapshot,
@@ -35,6 +37,7 @@ from undoproxy.compensators.model import (
     representation_headers,
 )
 from undoproxy.compensators.packs import reads_for
+from undoproxy.compensators.readback import absent_answer
 from undoproxy.compensators.record import nothing
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
 from undoproxy.inflight import InFlight
@@ -93,6 +96,7 @@ class Snapshots:
         method: str = "GET",
         extra: dict[str, str] | None = None,
         body: bytes | None = None,
+        absent_when: dict[str, Any] | None = None,
     ) -> Snapshot:
         """GET `url` as the agent would, retrying where that is safe; raises SnapshotFailed
         (also when the target is over SNAPSHOT_LIMIT: read no further than that).
@@ -115,6 +119,9 @@ class Snapshots:
         resp = await self._read(flow, url, method, {**headers, **(extra or {})}, body)
         if resp.status in (404, 410):
             return Snapshot(url, resp.status)
+        gone = absent_answer(absent_when, resp.status, resp.body)
+        if gone:  # the API's own "no such thing" (AWS: 400 ResourceNotFoundException)
+            return Snapshot(url, resp.status, resp.body, absent_answer=gone)
         challenge = resp.header("WWW-Authenticate")
         if resp.status == 401 and challenge and not redact.credential_headers(items):
             raise SnapshotFailed(
@@ -183,7 +190,12 @@ class Snapshots:
             async with gate:
                 try:
                     return await self.take(
-                        read.url, flow, method=read.method, extra=read.headers, body=read.body
+                        read.url,
+                        flow,
+                        method=read.method,
+                        extra=read.headers,
+                        body=read.body,
+                        absent_when=read.absent_when,
                     )
                 except SnapshotFailed as exc:
                     return exc
@@ -199,6 +211,26 @@ class Snapshots:
             raise SnapshotFailed(f"the reads together are larger than {SNAPSHOTS_TOTAL} bytes")
         return out
 
+    async def _pre_reads(self, plan: Plan, facts: Facts, flow: http.HTTPFlow) -> list[PreRead]:
+        """Send the compensator's reads, round by round (a read may need an earlier one's
+        answer), into `facts.reads`; the reads sent. Raises SnapshotFailed, Irreversible."""
+        sent: list[PreRead] = []
+        if plan.irreversible:
+            return sent
+        for _ in range(MAX_READ_ROUNDS):
+            asked = {r.name for r in sent}
+            wanted = [r for r in reads_for(plan, facts) if r.name not in asked]
+            if not wanted:
+                return sent
+            facts.reads.update(await self._read_all(wanted, flow))
+            sent += wanted
+        if [r for r in reads_for(plan, facts) if r.name not in {r.name for r in sent}]:
+            raise Irreversible(
+                f"the compensator needs more than {MAX_READ_ROUNDS} rounds of reads before "
+                "the step; it cannot be undone"
+            )
+        return sent
+
     def _failed_reason(self, flow: http.HTTPFlow, detail: str, signed: str | None) -> str:
         """Why a step whose snapshot failed, but which was forwarded, is irreversible."""
         detail = redact.text(detail)
@@ -210,7 +242,8 @@ class Snapshots:
         return (
             f"the snapshot before it, signed by undoproxy{key}, failed ({detail}); the request "
             "is signed, so it was forwarded without one. Check that key in signing: (a 403 "
-            "says it is wrong or lacks s3:GetObject / s3:GetObjectTagging)"
+            "says it is wrong or lacks the right to read: s3:GetObject / s3:GetObjectTagging, "
+            "dynamodb:GetItem / DescribeTable, secretsmanager:GetSecretValue, ssm:GetParameter)"
         )
 
     async def preview(self, flow: http.HTTPFlow, state: FlowState) -> dict[str, Any] | None:
@@ -257,16 +290,20 @@ class Snapshots:
             snapshots=snapshots,
             request_headers={k.lower(): v for k, v in items if not redact.is_secret_name(k)},
         )
-        reads = [] if plan.irreversible else reads_for(plan.kind, plan.snapshot_url, facts)
-        if reads:
-            try:
-                facts.reads = await self._read_all(reads, flow)
-            except SnapshotFailed as exc:
-                rule = state.rule
-                if rule is None or rule.on_snapshot_error != "proceed":
-                    self._block(flow, state, flow.request.url, str(exc), exc.challenge)
-                    return
-                plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), None))
+        reads: list[PreRead] = []
+        try:
+            reads = await self._pre_reads(plan, facts, flow)
+        except Irreversible as exc:
+            plan = Plan("irreversible", reason=str(exc))
+        except SnapshotFailed as exc:
+            # As for a snapshot: a signed request is not blocked by undoproxy's own signed
+            # read failing (its key is what is wrong); it goes, irreversible, saying so.
+            signed = signature_scheme(items)
+            rule = state.rule
+            if signed is None and (rule is None or rule.on_snapshot_error != "proceed"):
+                self._block(flow, state, flow.request.url, str(exc), exc.challenge)
+                return
+            plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
         comp = prepare(plan, facts)
         if facts.reads:
             comp["reads"] = {

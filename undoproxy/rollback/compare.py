@@ -46,17 +46,24 @@ FieldPath = tuple[str | int, ...]
 
 @dataclass
 class Read:
-    """One GET of a target: the answer, or why none came."""
+    """One read of a target (a GET, or an RPC read such as a POST with a body): the answer,
+    or why none came. `absent_answer` names the API's documented answer for "no such thing"
+    when it is not a 404 (AWS JSON APIs: HTTP 400 `ResourceNotFoundException`), as a pack's
+    read-back declares it (`compensators/readback.absent_answer`)."""
 
     url: str
     response: UpstreamResponse | None
     error: str = ""
+    method: str = "GET"
+    absent_answer: str = ""
 
     @property
     def state(self) -> str:
         """present | absent | unsupported | unreadable."""
         if self.response is None:
             return UNREADABLE
+        if self.absent_answer:
+            return ABSENT
         status = self.response.status
         if 200 <= status < 300:
             return ABSENT if is_tombstone(self.response.body) else PRESENT
@@ -71,9 +78,12 @@ class Read:
         """`GET answered HTTP 503`, or the connection error."""
         if self.response is None:
             return self.error or "no answer"
+        said = f"{self.method} answered HTTP {self.response.status}"
+        if self.absent_answer:
+            return f"{said} {self.absent_answer}"
         if self.state == ABSENT and 200 <= self.response.status < 300:
-            return f"GET answered HTTP {self.response.status} with a tombstone"
-        return f"GET answered HTTP {self.response.status}"
+            return f"{said} with a tombstone"
+        return said
 
     @property
     def etag(self) -> str | None:
