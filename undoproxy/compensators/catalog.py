@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from undoproxy.compensators import couchdb, github, matrix, s3, slack, stripe, webdav
+from undoproxy.compensators import couchdb, etcd, github, matrix, s3, slack, stripe, webdav
 
 GENERIC: dict[str, str] = {
     "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
@@ -20,6 +20,7 @@ PACKS: dict[str, str] = {
     **s3.DESCRIPTIONS,
     **webdav.DESCRIPTIONS,
     **couchdb.DESCRIPTIONS,
+    **etcd.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

@@ -13,6 +13,7 @@ from typing import Any
 from undoproxy.compensators import (
     couchdb,
     davrequests,
+    etcd,
     github,
     matrix,
     rpc,
@@ -31,6 +32,7 @@ PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **s3.BUILDERS,
     **webdav.BUILDERS,
     **couchdb.BUILDERS,
+    **etcd.BUILDERS,
 }
 
 # Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
@@ -42,7 +44,7 @@ PACK_SNAPSHOTS: dict[str, Callable[[str, str, bytes], list[str]]] = {
 
 # Packs that read something other than a GET before forwarding (a PROPFIND of the properties, a
 # GET of a MOVE's destination): name -> the reads, from the step's Facts (see PreRead).
-PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {**webdav.READS}
+PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {**webdav.READS, **etcd.READS}
 
 
 def reads_for(plan: Plan, facts: Facts) -> list[PreRead]:

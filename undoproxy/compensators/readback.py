@@ -19,8 +19,8 @@ is retried like a GET), and, when the API answers "no such thing" with something
 ending `ResourceNotFoundException`):
 
     {"method": "POST", "url": "https://dynamodb…/", "body_b64": "…",
-     "headers": {"X-Amz-Target": "DynamoDB_20120810.GetItem",
-                 "Content-Type": "application/x-amz-json-1.0"},
+     "read_headers": {"X-Amz-Target": "DynamoDB_20120810.GetItem",
+                      "Content-Type": "application/x-amz-json-1.0"},
      "expect": [{"path": ["Item"], "equals": {"id": {"S": "7"}, "n": {"N": "1"}}}]}
 
 A path is a list of keys and list indexes, `"*"` for every item of a list (or value of an
@@ -37,6 +37,7 @@ and is not overwritten. Rollback's judge GETs the URL with the agent's credentia
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from typing import Any
 
@@ -75,17 +76,26 @@ def rpc_read(
     absent_when: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The request part of an RPC read-back (a POST with a body that only reads): add
-    `expect`, `gone` or `left` to it. `body` is JSON, or bytes sent as they are."""
+    `expect`, `gone` or `left` to it. `body` is JSON, or bytes sent as they are. Also a
+    read-back's `target`: the resource's name for rollback (an RPC API reaches every resource
+    through one URL, so the URL cannot name it)."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     out: dict[str, Any] = {
         "method": method.upper(),
         "url": url,
         "body_b64": base64.b64encode(raw).decode(),
-        "headers": dict(headers or {}),
+        "read_headers": dict(headers or {}),
     }
     if absent_when:
         out["absent_when"] = absent_when
     return out
+
+
+def target_name(spec: dict[str, Any]) -> str:
+    """One name for what an RPC read reads (its method, URL and body): two steps whose undo
+    reads the same are on the same target, undone newest first."""
+    digest = hashlib.sha256(str(spec.get("body_b64") or "").encode()).hexdigest()[:16]
+    return f"{spec.get('method', 'GET')} {spec.get('url', '')} {digest}"
 
 
 def absent_when(statuses: list[int], body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -116,17 +126,16 @@ def absent_answer(spec: dict[str, Any] | None, status: int, body: bytes) -> str:
                 return ""
         except (ValueError, ConditionError):
             return ""
-    named = ""
     kind = doc.get("__type") if isinstance(doc, dict) else None
     if isinstance(kind, str):
-        named = f" {kind.rsplit('#', 1)[-1]}"
-    return f"(the API's{named} answer for no such thing)"
+        return f"{kind.rsplit('#', 1)[-1]}: no such thing"
+    return "no such thing, as the pack reads this answer"
 
 
 def request_of(spec: dict[str, Any]) -> tuple[str, dict[str, str], bytes | None]:
     """(method, headers, body) of a read-back's read: a GET unless it names another."""
     method = str(spec.get("method") or "GET").upper()
-    headers = {str(k): str(v) for k, v in (spec.get("headers") or {}).items()}
+    headers = {str(k): str(v) for k, v in (spec.get("read_headers") or {}).items()}
     body = base64.b64decode(spec["body_b64"]) if spec.get("body_b64") else None
     return method, headers, body
 

@@ -171,4 +171,5 @@ def build(spec: dict[str, Any], facts: Facts) -> dict[str, Any]:
     if undo.get("repeatable"):
         out["repeatable"] = True
     out["readback"] = _readback(read, snap, facts)
+    out["target"] = readback.target_name(out["readback"])
     return out

@@ -24,6 +24,7 @@ BUILTIN_ORDER: Final = (
     "couchdb",
     "webdav",
     "matrix",
+    "etcd",
 )
 
 

@@ -80,7 +80,7 @@ class Read:
             return self.error or "no answer"
         said = f"{self.method} answered HTTP {self.response.status}"
         if self.absent_answer:
-            return f"{said} {self.absent_answer}"
+            return f"{said} ({self.absent_answer})"
         if self.state == ABSENT and 200 <= self.response.status < 300:
             return f"{said} with a tombstone"
         return said

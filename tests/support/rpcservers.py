@@ -1,0 +1,151 @@
+"""Real servers of the RPC-shaped stores agents write to, each a subprocess on free ports:
+etcd (Debian's `etcd-server`), Datasette 1.0 with its write API, Jupyter Server, and Chroma
+(each from PyPI, in a virtualenv of its own under .venv/ that `.ci/run` installs: their
+dependencies are not the proxy's). A missing one is skipped locally and fails in CI.
+
+Tests read the truth straight from the server, never through undoproxy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+
+from tests.support.ci import skip_or_fail
+
+VENV = Path(__file__).resolve().parents[2] / ".venv"
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """One server process: `start()` waits until `ready()` answers, `stop()` ends it."""
+
+    name = "server"
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = self.dir / f"{self.name}.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def host(self) -> str:
+        """127.0.0.1:PORT, as a pack's `hosts:` or a `signing:` entry names it."""
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def ready(self) -> bool:
+        try:
+            return requests.get(self.base_url, timeout=2).status_code < 500
+        except requests.RequestException:
+            return False
+
+    def start(self, timeout: float = 90) -> Server:
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                env={**os.environ, **self.env()},
+            )
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(15)
+
+
+def _need(path: Path | str | None, what: str) -> str:
+    if path is None or not Path(path).exists():
+        skip_or_fail(f"{what} is not installed ({path}): .ci/run installs it")
+    return str(path)
+
+
+class Etcd(Server):
+    """etcd v3 (Debian's etcd-server) with its JSON gateway on http://127.0.0.1:PORT."""
+
+    name = "etcd"
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.peer = free_port()
+
+    def command(self) -> list[str]:
+        binary = _need(shutil.which("etcd"), "etcd (Debian package etcd-server)")
+        peer = f"http://127.0.0.1:{self.peer}"
+        return [
+            binary,
+            "--data-dir",
+            str(self.dir / "data"),
+            "--listen-client-urls",
+            self.base_url,
+            "--advertise-client-urls",
+            self.base_url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"default={peer}",
+        ]
+
+    def ready(self) -> bool:
+        try:
+            return requests.post(f"{self.base_url}/v3/kv/range", json={"key": "AA=="}, timeout=2).ok
+        except requests.RequestException:
+            return False
+
+    def keyspace(self) -> dict[str, tuple[str, str]]:
+        """Every key, with its value and lease (what a user sees), read directly."""
+        r = requests.post(
+            f"{self.base_url}/v3/kv/range", json={"key": "AA==", "range_end": "AA=="}, timeout=10
+        )
+        r.raise_for_status()
+        return {
+            kv["key"]: (kv.get("value", ""), kv.get("lease", ""))
+            for kv in r.json().get("kvs", [])
+        }
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 30) -> None:
+    """Poll `check` until it holds (a server still settling), or fail."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
