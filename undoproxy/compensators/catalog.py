@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from undoproxy.compensators import couchdb, etcd, github, matrix, s3, slack, stripe, webdav
+from undoproxy.compensators import (
+    awsservices,
+    couchdb,
+    dynamodb,
+    etcd,
+    github,
+    matrix,
+    s3,
+    slack,
+    stripe,
+    webdav,
+)
 
 GENERIC: dict[str, str] = {
     "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
@@ -21,6 +32,8 @@ PACKS: dict[str, str] = {
     **webdav.DESCRIPTIONS,
     **couchdb.DESCRIPTIONS,
     **etcd.DESCRIPTIONS,
+    **dynamodb.DESCRIPTIONS,
+    **awsservices.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

@@ -220,7 +220,9 @@ def undo_lease_grant(facts: Facts) -> dict[str, Any]:
     out = request("POST", _kv_url(facts, "revoke"), {"ID": str(lease)})
     out["repeatable"] = True
     check = readback.rpc_read(
-        "POST", _kv_url(facts, "timetolive"), {"ID": str(lease)},
+        "POST",
+        _kv_url(facts, "timetolive"),
+        {"ID": str(lease)},
         {"Content-Type": "application/json"},
     )
     check["expect"] = [readback.expect(["TTL"], "-1")]  # etcd: -1 for a lease that is gone

@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from undoproxy.compensators import (
+    awsservices,
     couchdb,
     davrequests,
+    dynamodb,
     etcd,
     github,
     matrix,
@@ -33,6 +35,8 @@ PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **webdav.BUILDERS,
     **couchdb.BUILDERS,
     **etcd.BUILDERS,
+    **dynamodb.BUILDERS,
+    **awsservices.BUILDERS,
 }
 
 # Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
@@ -44,7 +48,12 @@ PACK_SNAPSHOTS: dict[str, Callable[[str, str, bytes], list[str]]] = {
 
 # Packs that read something other than a GET before forwarding (a PROPFIND of the properties, a
 # GET of a MOVE's destination): name -> the reads, from the step's Facts (see PreRead).
-PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {**webdav.READS, **etcd.READS}
+PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {
+    **webdav.READS,
+    **etcd.READS,
+    **dynamodb.READS,
+    **awsservices.READS,
+}
 
 
 def reads_for(plan: Plan, facts: Facts) -> list[PreRead]:

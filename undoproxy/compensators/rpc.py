@@ -128,9 +128,7 @@ def _paths(read: dict[str, Any]) -> list[list[str | int]]:
 
 def _readback(read: dict[str, Any], snap: Snapshot, facts: Facts) -> dict[str, Any]:
     """The read again, and what it must show: the compared fields as before, or absence."""
-    method, url, headers, body, content_type = _rendered(
-        read, facts, _context(facts), "read-back"
-    )
+    method, url, headers, body, content_type = _rendered(read, facts, _context(facts), "read-back")
     if content_type and body:
         headers["Content-Type"] = content_type
     spec = readback.rpc_read(method, url, body, headers, absent_when(read) or None)

@@ -25,6 +25,10 @@ BUILTIN_ORDER: Final = (
     "webdav",
     "matrix",
     "etcd",
+    "dynamodb",
+    "secretsmanager",
+    "ssm",
+    "sqs",
 )
 
 
