@@ -244,7 +244,7 @@ def test_ssm_parameters_put_and_deleted_are_undone(
     assert parameters(ssm, names) == before
 
 
-# --- SQS -------------------------------------------------------------------------------------------
+# --- SQS ------------------------------------------------------------------------------------
 
 
 def queues(sqs: Any, prefix: str) -> dict[str, Any]:
