@@ -285,3 +285,23 @@ def test_sqs_queues_attributes_and_tags_are_undone_and_sends_are_irreversible(
     assert statuses(report) == ["irreversible"] + ["compensated"] * 4, report
     assert "cannot be unsent" in details(report)[0]
     assert queues(sqs, prefix) == before
+
+
+def test_dynamodb_a_write_answered_with_an_error_is_decided_by_reading_it_back(
+    aws: MotoAws, up: Undoproxy, table: str, session_id: str
+) -> None:
+    """A conditional put the table refused: the error is no evidence by itself; the item read
+    back as it was before is."""
+    db = aws.direct("dynamodb")
+    before = table_state(db, table)
+    a = agent(aws, up, "dynamodb", session_id)
+    with pytest.raises(a.exceptions.ConditionalCheckFailedException):
+        a.put_item(
+            TableName=table,
+            Item={"pk": {"S": "ada"}, "sk": {"N": "1"}, "status": {"S": "agent"}},
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+    report = rollback_ends(up, session_id, "rolled_back", ["skipped"])
+    assert "read back, the target is as it was before the step" in details(report)[0]
+    assert report["steps"][0]["evidence"]["read"].startswith("POST ")
+    assert table_state(db, table) == before

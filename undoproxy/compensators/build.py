@@ -312,7 +312,7 @@ def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
     if not 200 <= status < 300:
         # An error answer is no evidence that nothing changed (a PUT answered 502 may have
         # landed): what was prepared from the snapshot stays, and rollback decides by a read.
-        return comp
+        return _from_before(plan, comp, facts)
     comp = dict(comp)
     try:
         if plan.kind == "delete-created":
@@ -330,6 +330,24 @@ def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
     if plan.kind == "restore":  # the drift check before restoring compares against this
         comp.update(after_image(facts))
     return comp
+
+
+def _from_before(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
+    """After an error answer: a pack undo built from the reads before the step alone
+    (`packs.FROM_BEFORE`), so that rollback's read-back tells whether the step changed
+    anything; else the record as it was."""
+    if plan.kind not in packs.FROM_BEFORE:
+        return comp
+    try:
+        if plan.kind == "rpc" and plan.template is not None:
+            built = rpc.build(plan.template, facts)
+        else:
+            built = packs.PACK_BUILDERS[plan.kind](facts)
+    except Irreversible:
+        return comp
+    except NothingToUndo as exc:  # only a read before the step is evidence here
+        return {**comp, **nothing(str(exc), exc.kind)} if exc.kind == "read" else comp
+    return {**comp, **built, "ready": True}
 
 
 def _held_against_answer(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:

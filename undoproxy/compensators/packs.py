@@ -56,6 +56,14 @@ PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {
 }
 
 
+# Packs whose undo is built from the reads before the step alone, never from its answer: built
+# also when the step was answered with an error (an error is no evidence that nothing changed),
+# so that rollback can read their read-back and tell (as before: nothing to undo).
+FROM_BEFORE: frozenset[str] = frozenset(
+    {"rpc", "dynamodb.items", "dynamodb.create-table", "ssm.parameters", "etcd.delete-range"}
+)
+
+
 def reads_for(plan: Plan, facts: Facts) -> list[PreRead]:
     """What a compensation of `plan.kind` reads before forwarding, besides its snapshot GETs;
     `facts.reads` holds what earlier rounds answered (a pack whose second read depends on its
