@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import requests
@@ -149,3 +150,63 @@ def wait_until(check: Callable[[], bool], timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.1)
+
+
+class Chroma(Server):
+    """Chroma's server (`chroma run`, PyPI chromadb, in .venv/chroma) on http://127.0.0.1:PORT."""
+
+    name = "chroma"
+    python = VENV / "chroma" / "bin" / "python"
+
+    def command(self) -> list[str]:
+        binary = _need(VENV / "chroma" / "bin" / "chroma", "Chroma (pip chromadb in .venv/chroma)")
+        data = str(self.dir / "data")
+        return [binary, "run", "--path", data, "--host", "127.0.0.1", "--port", str(self.port)]
+
+    def ready(self) -> bool:
+        try:
+            return requests.get(f"{self.base_url}/api/v2/heartbeat", timeout=2).ok
+        except requests.RequestException:
+            return False
+
+    @property
+    def api(self) -> str:
+        return f"{self.base_url}/api/v2/tenants/default_tenant/databases/default_database"
+
+    def run_client(self, script: str, proxy: str = "") -> str:
+        """Run `script` with Chroma's own Python client (`client` connected to this server),
+        through the proxy `proxy` when given (HTTP_PROXY: the client is httpx); its output."""
+        prelude = (
+            "import chromadb, json, sys\n"
+            f"client = chromadb.HttpClient(host='127.0.0.1', port={self.port})\n"
+        )
+        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+        if proxy:
+            env.update(HTTP_PROXY=proxy, http_proxy=proxy, NO_PROXY="", no_proxy="")
+        env["ANONYMIZED_TELEMETRY"] = "False"
+        done = subprocess.run(
+            [str(self.python), "-c", prelude + script],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"the Chroma client failed:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    def records(self, collection: str) -> dict[str, Any]:
+        """Every record of a collection with everything it holds, read directly."""
+        r = requests.get(f"{self.api}/collections/{collection}", timeout=10)
+        if r.status_code == 404:
+            return {}
+        cid = r.json()["id"]
+        got = requests.post(
+            f"{self.api}/collections/{cid}/get",
+            json={"include": ["embeddings", "metadatas", "documents", "uris"]},
+            timeout=10,
+        ).json()
+        return {
+            rid: (got["embeddings"][n], got["metadatas"][n], got["documents"][n])
+            for n, rid in enumerate(got["ids"])
+        }

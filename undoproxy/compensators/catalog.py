@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from undoproxy.compensators import (
     awsservices,
+    chroma,
     couchdb,
     dynamodb,
     etcd,
@@ -34,6 +35,7 @@ PACKS: dict[str, str] = {
     **etcd.DESCRIPTIONS,
     **dynamodb.DESCRIPTIONS,
     **awsservices.DESCRIPTIONS,
+    **chroma.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

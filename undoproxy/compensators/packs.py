@@ -12,6 +12,7 @@ from typing import Any
 
 from undoproxy.compensators import (
     awsservices,
+    chroma,
     couchdb,
     davrequests,
     dynamodb,
@@ -37,6 +38,7 @@ PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **etcd.BUILDERS,
     **dynamodb.BUILDERS,
     **awsservices.BUILDERS,
+    **chroma.BUILDERS,
 }
 
 # Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
@@ -53,6 +55,7 @@ PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {
     **etcd.READS,
     **dynamodb.READS,
     **awsservices.READS,
+    **chroma.READS,
 }
 
 

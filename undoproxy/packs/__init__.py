@@ -29,6 +29,7 @@ BUILTIN_ORDER: Final = (
     "secretsmanager",
     "ssm",
     "sqs",
+    "chroma",
 )
 
 
