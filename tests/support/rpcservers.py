@@ -14,8 +14,8 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -210,3 +210,56 @@ class Chroma(Server):
             rid: (got["embeddings"][n], got["metadatas"][n], got["documents"][n])
             for n, rid in enumerate(got["ids"])
         }
+
+
+class Datasette(Server):
+    """Datasette 1.0 (PyPI, in .venv/datasette) serving `data.db` with its JSON write API on;
+    `token` is an API token for the root actor (every write needs one)."""
+
+    name = "datasette"
+    SECRET = "datasette-SECRET-5"
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.db = directory / "data.db"
+        self.token = ""
+
+    def bin(self, name: str) -> str:
+        return _need(VENV / "datasette" / "bin" / name, "Datasette (pip datasette 1.0 in .venv/datasette)")
+
+    def command(self) -> list[str]:
+        import sqlite3
+
+        with sqlite3.connect(self.db) as db:
+            db.execute("create table if not exists _ready (x)")
+        return [
+            self.bin("datasette"), str(self.db), "--port", str(self.port), "--host", "127.0.0.1",
+            "--secret", self.SECRET, "--root",
+        ]
+
+    def start(self, timeout: float = 90) -> Datasette:
+        super().start(timeout)
+        self.token = subprocess.run(
+            [self.bin("datasette"), "create-token", "root", "--secret", self.SECRET],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        return self
+
+    def sql(self, statement: str) -> None:
+        """Run SQL on the database file directly (the seed of a test)."""
+        import sqlite3
+
+        with sqlite3.connect(self.db) as db:
+            db.executescript(statement)
+
+    def table(self, name: str) -> list[dict[str, Any]] | None:
+        """Every row of a table, read directly from the file (None: no such table)."""
+        import sqlite3
+
+        with sqlite3.connect(self.db) as db:
+            db.row_factory = sqlite3.Row
+            try:
+                rows = db.execute(f'select * from "{name}" order by 1').fetchall()
+            except sqlite3.OperationalError:
+                return None
+        return [dict(r) for r in rows]

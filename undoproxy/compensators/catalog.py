@@ -6,6 +6,7 @@ from undoproxy.compensators import (
     awsservices,
     chroma,
     couchdb,
+    datasette,
     dynamodb,
     etcd,
     github,
@@ -36,6 +37,7 @@ PACKS: dict[str, str] = {
     **dynamodb.DESCRIPTIONS,
     **awsservices.DESCRIPTIONS,
     **chroma.DESCRIPTIONS,
+    **datasette.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

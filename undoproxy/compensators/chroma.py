@@ -36,8 +36,12 @@ from undoproxy.compensators.model import inverse_request as request
 
 MAX_RECORDS = 1000  # records read before one write (and put back after it)
 INCLUDE = ["embeddings", "metadatas", "documents", "uris"]
-COLUMNS = (("embeddings", "embedding"), ("metadatas", "metadata"), ("documents", "document"))
-COLUMNS += (("uris", "uri"),)
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("embeddings", "embedding"),
+    ("metadatas", "metadata"),
+    ("documents", "document"),
+    ("uris", "uri"),
+)
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 

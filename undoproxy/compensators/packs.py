@@ -14,6 +14,7 @@ from undoproxy.compensators import (
     awsservices,
     chroma,
     couchdb,
+    datasette,
     davrequests,
     dynamodb,
     etcd,
@@ -39,6 +40,7 @@ PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **dynamodb.BUILDERS,
     **awsservices.BUILDERS,
     **chroma.BUILDERS,
+    **datasette.BUILDERS,
 }
 
 # Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
@@ -56,6 +58,7 @@ PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {
     **dynamodb.READS,
     **awsservices.READS,
     **chroma.READS,
+    **datasette.READS,
 }
 
 

@@ -30,6 +30,7 @@ BUILTIN_ORDER: Final = (
     "ssm",
     "sqs",
     "chroma",
+    "datasette",
 )
 
 
