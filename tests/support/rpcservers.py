@@ -138,8 +138,7 @@ class Etcd(Server):
         )
         r.raise_for_status()
         return {
-            kv["key"]: (kv.get("value", ""), kv.get("lease", ""))
-            for kv in r.json().get("kvs", [])
+            kv["key"]: (kv.get("value", ""), kv.get("lease", "")) for kv in r.json().get("kvs", [])
         }
 
 
@@ -225,7 +224,9 @@ class Datasette(Server):
         self.token = ""
 
     def bin(self, name: str) -> str:
-        return _need(VENV / "datasette" / "bin" / name, "Datasette (pip datasette 1.0 in .venv/datasette)")
+        return _need(
+            VENV / "datasette" / "bin" / name, "Datasette (pip datasette 1.0 in .venv/datasette)"
+        )
 
     def command(self) -> list[str]:
         import sqlite3
@@ -233,15 +234,24 @@ class Datasette(Server):
         with sqlite3.connect(self.db) as db:
             db.execute("create table if not exists _ready (x)")
         return [
-            self.bin("datasette"), str(self.db), "--port", str(self.port), "--host", "127.0.0.1",
-            "--secret", self.SECRET, "--root",
+            self.bin("datasette"),
+            str(self.db),
+            "--port",
+            str(self.port),
+            "--host",
+            "127.0.0.1",
+            "--secret",
+            self.SECRET,
+            "--root",
         ]
 
     def start(self, timeout: float = 90) -> Datasette:
         super().start(timeout)
         self.token = subprocess.run(
             [self.bin("datasette"), "create-token", "root", "--secret", self.SECRET],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         return self
 
@@ -263,3 +273,57 @@ class Datasette(Server):
             except sqlite3.OperationalError:
                 return None
         return [dict(r) for r in rows]
+
+
+class Jupyter(Server):
+    """Jupyter Server (PyPI jupyter_server, in .venv/jupyter) on http://127.0.0.1:PORT, its
+    root a directory of the test's, token auth (`token`)."""
+
+    name = "jupyter"
+    token = "jupyter-SECRET-3"
+
+    def command(self) -> list[str]:
+        binary = _need(
+            VENV / "jupyter" / "bin" / "jupyter-server", "Jupyter Server (.venv/jupyter)"
+        )
+        (self.dir / "root").mkdir(exist_ok=True)
+        return [
+            binary,
+            "--no-browser",
+            f"--port={self.port}",
+            "--ip=127.0.0.1",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.dir / 'root'}",
+            "--ServerApp.port_retries=0",
+            "--allow-root",
+            "--FileContentsManager.delete_to_trash=False",
+        ]
+
+    def env(self) -> dict[str, str]:
+        return {
+            "JUPYTER_CONFIG_DIR": str(self.dir / "config"),
+            "JUPYTER_DATA_DIR": str(self.dir / "data"),
+            "JUPYTER_RUNTIME_DIR": str(self.dir / "runtime"),
+        }
+
+    def ready(self) -> bool:
+        try:
+            return requests.get(f"{self.base_url}/api/status", headers=self.auth, timeout=2).ok
+        except requests.RequestException:
+            return False
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"}
+
+    def tree(self) -> dict[str, bytes]:
+        """Every file under the root, by relative path (directories end with /), read
+        directly from the disk."""
+        root = self.dir / "root"
+        out: dict[str, bytes] = {}
+        for path in sorted(root.rglob("*")):
+            if ".ipynb_checkpoints" in path.parts:
+                continue
+            rel = path.relative_to(root).as_posix()
+            out[rel + "/" if path.is_dir() else rel] = b"" if path.is_dir() else path.read_bytes()
+        return out

@@ -25,7 +25,8 @@ ending `ResourceNotFoundException`):
 
 A path is a list of keys and list indexes, `"*"` for every item of a list (or value of an
 object). `equals`: the value at `path` (missing reads as null; with `"*"` the values, compared
-as a set); `excludes`: none of the values at `path` is one of these. An `equals` check may
+as a set); `sha256`: the same, kept only as a digest (a secret's value is never stored in
+clear); `excludes`: none of the values at `path` is one of these. An `equals` check may
 also give `ignore`: members of an object left out on both sides (CouchDB's `_rev`, which
 every write changes). A read-back of a compensation that overwrites fields also has `left`:
 the same fields as the agent's step left them. Rollback reads them before overwriting: a
@@ -47,6 +48,20 @@ Path = list[str | int]
 def expect(path: Path, value: Any) -> dict[str, Any]:
     """The value at `path` must be `value`."""
     return {"path": path, "equals": value}
+
+
+def digest_of(value: Any) -> str:
+    """The SHA-256 of a value as canonical JSON (a `*` path's values as a sorted set)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def same_digest(path: Path, value: Any) -> dict[str, Any]:
+    """The value at `path` must be `value`, kept only as its SHA-256: for what must never be
+    stored in clear (a secret's value), or needs only comparing (what a step left)."""
+    if "*" in path:
+        value = sorted(value or [], key=lambda v: json.dumps(v, sort_keys=True))
+    return {"path": path, "sha256": digest_of(value)}
 
 
 def excludes(path: Path, values: list[Any], within: Path | None = None) -> dict[str, Any]:
@@ -240,6 +255,12 @@ def differences_in_pages(checks: list[dict[str, Any]], pages: list[Any]) -> list
                 if not ok and isinstance(now, dict) and isinstance(was, dict):
                     field = f"{field or 'the document'} ({', '.join(_changed(now, was)[:5])})"
             if not ok:
+                out.append(f"{field or 'the body'} is not as before")
+        if "sha256" in check:
+            held: Any = found if many else (found[0] if found else None)
+            if many:
+                held = sorted(held, key=lambda v: json.dumps(v, sort_keys=True))
+            if digest_of(held) != check["sha256"]:
                 out.append(f"{field or 'the body'} is not as before")
         if "excludes" in check:
             banned = _as_set(list(check["excludes"]))

@@ -5,7 +5,8 @@ read before, undo from that read, read back to prove it (pure).
     compensate:
       read:                          # sent before the step, and again after the undo
         method: POST                 # default GET
-        url: /v3/kv/range            # captures and ${request.body...} only: sent before
+        url: /v3/kv/range            # captures and ${request.body...} only: sent before;
+                                     # no url: the request's own URL
         headers: {Content-Type: application/json}
         body: {key: "${request.body.key}"}
         absent: {"$.kvs": {exists: false}}   # the answer means "no such thing" (also: any
@@ -73,7 +74,8 @@ def _rendered(
 ) -> tuple[str, str, dict[str, str], bytes, str | None]:
     """(method, absolute url, headers, body, content type) of a written request."""
     try:
-        url = render_url(str(spec.get("url") or ""), ctx)
+        # No url: the request's own (a store whose paths do not fit a template: /a/b/c.txt).
+        url = render_url(str(spec["url"]), ctx) if spec.get("url") else facts.url
         rendered = render_template(spec.get("headers") or {}, ctx)
         headers = {str(k): str(v) for k, v in rendered.items()}
         body = render_template(spec["body"], ctx) if "body" in spec else None
@@ -132,6 +134,10 @@ def _readback(read: dict[str, Any], snap: Snapshot, facts: Facts) -> dict[str, A
     if content_type and body:
         headers["Content-Type"] = content_type
     spec = readback.rpc_read(method, url, body, headers, absent_when(read) or None)
+    # What the step left is read right after it (proxy/snapshots.py): the drift check before
+    # the undo compares these fields with it (`left`), so that a change made since by someone
+    # else is a conflict, never overwritten.
+    spec["left_paths"] = _paths(read)
     if not snap.existed:
         spec["gone"] = True
         return spec
@@ -170,4 +176,18 @@ def build(spec: dict[str, Any], facts: Facts) -> dict[str, Any]:
         out["repeatable"] = True
     out["readback"] = _readback(read, snap, facts)
     out["target"] = readback.target_name(out["readback"])
+    out["needs_after_read"] = True
     return out
+
+
+def left_after(spec: dict[str, Any], absent: bool, body: bytes) -> dict[str, Any]:
+    """The `after` record of a read right after the step: what it left, as digests of the
+    compared fields (`left`), or that it left the target absent (`left_gone`)."""
+    if absent:
+        return {"exists": False, "left_gone": True}
+    doc = parse_json(body)
+    paths = [list(p) for p in spec.get("left_paths") or [[]]]
+    return {
+        "exists": True,
+        "left": [readback.same_digest(p, readback.value_at(doc, p)) for p in paths],
+    }

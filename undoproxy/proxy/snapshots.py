@@ -37,8 +37,9 @@ from undoproxy.compensators.model import (
     representation_headers,
 )
 from undoproxy.compensators.packs import reads_for
-from undoproxy.compensators.readback import absent_answer
+from undoproxy.compensators.readback import absent_answer, request_of
 from undoproxy.compensators.record import nothing
+from undoproxy.compensators.rpc import left_after
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
 from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
@@ -385,7 +386,9 @@ class Snapshots:
             # signed query, say): seal again, since the journal keeps them redacted.
             snapshot_json = state.pending_fields.get("snapshot")
             state.outcome_fields["credentials"] = self._seal(flow, state, comp, snapshot_json)
-        if comp.get("needs_after_read") and comp.get("snapshot_url") and state.step:
+        spec = comp.get("readback")
+        rpc_read = isinstance(spec, dict) and "left_paths" in spec
+        if comp.get("needs_after_read") and (comp.get("snapshot_url") or rpc_read) and state.step:
             self.after_reads.started(state.session_id)
             task = asyncio.get_running_loop().create_task(
                 self._after_read(flow, state, comp), name="after-read"
@@ -401,9 +404,42 @@ class Snapshots:
         # read as absent before, whether the write is where undoproxy reads at all). Large
         # targets are hashed as they stream, never kept.
         try:
-            await self._read_after(flow, state, comp)
+            if comp.get("snapshot_url"):
+                await self._read_after(flow, state, comp)
+            else:
+                await self._read_after_rpc(flow, state, comp)
         finally:
             self.after_reads.ended(state.session_id)
+
+    async def _read_after_rpc(
+        self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
+    ) -> None:
+        """An RPC pack's read right after the step (its read-back's own request): what the
+        step left, as digests of the fields its drift check compares (compensators/rpc.py)."""
+        spec = comp["readback"]
+        method, extra, body = request_of(spec)
+        url = str(spec.get("url") or "")
+        items = list(flow.request.headers.items(multi=True))
+        headers = {
+            **snapshot_headers(items),
+            **credentials_for(url, flow.request.url, redact.credential_headers(items)),
+            **extra,
+        }
+        try:
+            resp = await self._read(
+                flow, url, method, headers, body, keep=AFTER_BODY_LIMIT, need_all=True
+            )
+        except SnapshotFailed as exc:
+            log.info("could not read the result of step %s: %s", state.step and state.step.id, exc)
+            return
+        gone = resp.status in (404, 410) or bool(
+            absent_answer(spec.get("absent_when"), resp.status, resp.body)
+        )
+        if not (200 <= resp.status < 300 or gone):
+            log.info("could not read the result of step %s: HTTP %s", state.step, resp.status)
+            return
+        if state.step is not None:
+            self.journal.set_after(state.step, left_after(spec, gone, resp.body))
 
     async def _read_after(
         self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]

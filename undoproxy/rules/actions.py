@@ -321,8 +321,8 @@ def _request_spec(
         hint = Problems.suggest(str(method).upper(), HTTP_METHODS)
         problems.add(at(value, "method", where), f"compensate.{what} needs a method{hint}")
     url = value.get("url")
-    if not isinstance(url, str) or not url.strip():
-        problems.add(at(value, "url", where), f"compensate.{what} needs a url (a path or URL)")
+    if url is not None and (not isinstance(url, str) or not url.strip()):
+        problems.add(at(value, "url", where), f"compensate.{what}.url must be a path or URL")
     headers = value.get("headers")
     if headers is not None and not isinstance(headers, dict):
         problems.add(at(value, "headers", where), f"compensate.{what}.headers must be a mapping")
