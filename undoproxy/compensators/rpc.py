@@ -19,6 +19,8 @@ read before, undo from that read, read back to prove it (pure).
         url: /v3/kv/put
         body: {key: "${request.body.key}", value: "${snapshot.body.kvs[0].value}"}
         repeatable: true             # sending it twice leaves the same state (a put)
+                                     # (`form: {name: value}` instead of `body`: an HTML
+                                     # form body, each value encoded)
       undo_absent:                   # it did not: what removes what the step made;
         method: POST                 # left out: the step can change nothing that was
         url: /v3/kv/deleterange      # absent (a delete), so there is nothing to undo
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urlencode, urljoin
 
 from undoproxy.compensators import readback
 from undoproxy.compensators.model import (
@@ -46,12 +48,18 @@ from undoproxy.compensators.model import (
 )
 from undoproxy.compensators.model import inverse_request as request
 from undoproxy.rules.jsonpaths import simple_path
-from undoproxy.rules.templates import TemplateContext, TemplateError, render_template, render_url
+from undoproxy.rules.templates import (
+    TemplateContext,
+    TemplateError,
+    render_template,
+    render_url,
+    to_text,
+)
 
 READ = "rpc"  # the name of the read in Facts.reads and the step's `reads`
 SPEC_KEYS = frozenset({"read", "undo", "undo_absent"})
-READ_KEYS = frozenset({"method", "url", "headers", "body", "absent", "compare"})
-UNDO_KEYS = frozenset({"method", "url", "headers", "body", "repeatable"})
+READ_KEYS = frozenset({"method", "url", "headers", "body", "form", "absent", "compare"})
+UNDO_KEYS = frozenset({"method", "url", "headers", "body", "form", "repeatable"})
 
 
 def is_spec(value: Any) -> bool:
@@ -79,11 +87,15 @@ def _rendered(
         rendered = render_template(spec.get("headers") or {}, ctx)
         headers = {str(k): str(v) for k, v in rendered.items()}
         body = render_template(spec["body"], ctx) if "body" in spec else None
+        form = render_template(spec["form"], ctx) if "form" in spec else None
     except TemplateError as exc:
         raise Irreversible(f"the pack's {what} cannot be filled in: {exc}") from None
     content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
     headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
-    if body is None:
+    if form is not None:  # an HTML form body (etcd v2, Stripe, Slack): each value encoded
+        raw = urlencode({str(k): to_text(v) for k, v in form.items()}).encode()
+        content_type = content_type or "application/x-www-form-urlencoded"
+    elif body is None:
         raw = b""
     elif isinstance(body, str):
         raw = body.encode()

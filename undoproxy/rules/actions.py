@@ -328,7 +328,11 @@ def _request_spec(
         problems.add(at(value, "headers", where), f"compensate.{what}.headers must be a mapping")
     if "repeatable" in value and not isinstance(value["repeatable"], bool):
         problems.add(at(value, "repeatable", where), "repeatable must be true or false")
-    for key in ("url", "body", "headers"):
+    if "form" in value and (not isinstance(value["form"], dict) or "body" in value):
+        problems.add(
+            at(value, "form", where), "form must be a mapping of name: value, instead of a body"
+        )
+    for key in ("url", "body", "headers", "form"):
         if key in value:
             _check_template(
                 value[key], at(value, key, where), f"compensate.{what}.{key}", captures,
