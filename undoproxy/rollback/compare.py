@@ -202,7 +202,14 @@ def server_set(
     left = list(agent_left)
     by_server, not_restored = [], []
     for diff in diffs:
-        if diff.kind != "changed" or not value_at(sent, diff.path)[0]:
+        found, sent_value = value_at(sent, diff.path)
+        if diff.kind != "changed" or not found:
+            not_restored.append(diff)
+            continue
+        if _blank(diff.now) and not _blank(sent_value):
+            # A server that sets a field on every write does not blank it: a value the undo
+            # sent that now reads empty is one the server did not take (it did not read the
+            # undo's body as the agent's write was read: a form, say), not one it set.
             not_restored.append(diff)
             continue
         agents = [value_at(doc, diff.path) for doc in left]
@@ -211,6 +218,10 @@ def server_set(
         else:
             by_server.append(diff)
     return by_server, not_restored
+
+
+def _blank(value: Any) -> bool:
+    return value is None or value == "" or value == [] or value == {}
 
 
 # --- a read against a snapshot -------------------------------------------------------------
