@@ -102,9 +102,10 @@ class Etcd(Server):
 
     name = "etcd"
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, v2: bool = False) -> None:
         super().__init__(directory)
         self.peer = free_port()
+        self.v2 = v2  # also serve the v2 keys API (--enable-v2)
 
     def command(self) -> list[str]:
         binary = _need(shutil.which("etcd"), "etcd (Debian package etcd-server)")
@@ -123,6 +124,7 @@ class Etcd(Server):
             peer,
             "--initial-cluster",
             f"default={peer}",
+            *(["--enable-v2=true"] if self.v2 else []),
         ]
 
     def ready(self) -> bool:
