@@ -1,15 +1,15 @@
 """`undoproxy packs`: list the packs, and the kit that teaches undoproxy a new API.
 
-    undoproxy packs                       the built-in packs
-    undoproxy packs NAME                  one pack's rules
-    undoproxy packs new NAME [--out FILE] [--host HOST]
-                                          a commented skeleton (./packs/NAME.yaml)
-    undoproxy packs record SESSION [--out FILE]
-                                          a session run against a real server, as test cases
-    undoproxy packs test PACK --against URL [--cases FILE] [-H 'Name: value'] [-c config.yaml]
-                                          run each case through undoproxy, roll it back, and
-                                          show per case: restored / not restored / irreversible,
-                                          with the evidence (exit 0 only when all are as expected)
+undoproxy packs                       the built-in packs
+undoproxy packs NAME                  one pack's rules
+undoproxy packs new NAME [--out FILE] [--host HOST]
+                                      a commented skeleton (./packs/NAME.yaml)
+undoproxy packs record SESSION [--out FILE]
+                                      a session run against a real server, as test cases
+undoproxy packs test PACK --against URL [--cases FILE] [-H 'Name: value'] [-c config.yaml]
+                                      run each case through undoproxy, roll it back, and
+                                      show per case: restored / not restored / irreversible,
+                                      with the evidence (exit 0 only when all are as expected)
 """
 
 from __future__ import annotations
