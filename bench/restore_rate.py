@@ -630,6 +630,55 @@ def jupyter_ops(jp: Jupyter, up: Undoproxy) -> tuple[list[Op], Callable[[], Any]
     return ops, jp.tree
 
 
+def postgrest_ops(fake: Any, server: Any, up: Undoproxy) -> tuple[list[Op], Callable[[], Any]]:
+    from postgrest import SyncPostgrestClient
+    from postgrest.types import ReturnMethod
+
+    from tests.support.postgrest import dump
+
+    def seed() -> None:
+        with fake.db() as con:
+            con.executescript(
+                "drop table if exists todos;"
+                "create table todos (id integer primary key, task text, done integer);"
+                "insert into todos values (1, 'write', 0), (2, 'test', 0), (3, 'ship', 1);"
+            )
+
+    def db(session: str) -> Any:
+        return SyncPostgrestClient(
+            server.base_url, headers={"Authorization": "Bearer bench"}, proxy=up.proxy_url(session)
+        ).from_("todos")
+
+    k = "PostgREST"
+    ops = [
+        Op(k, "insert a row", lambda s: db(s).insert({"task": "n"}).execute(), seed),
+        Op(
+            k,
+            "insert rows with ids",
+            lambda s: db(s).insert([{"id": 8}, {"id": 9}]).execute(),
+            seed,
+        ),
+        Op(
+            k,
+            "insert, return=minimal",
+            lambda s: db(s).insert({"task": "m"}, returning=ReturnMethod.minimal).execute(),
+            seed,
+        ),
+        Op(
+            k, "update by filter", lambda s: db(s).update({"done": 1}).eq("done", 0).execute(), seed
+        ),
+        Op(
+            k,
+            "upsert",
+            lambda s: db(s).upsert([{"id": 2, "task": "T"}, {"id": 7, "task": "new"}]).execute(),
+            seed,
+        ),
+        Op(k, "delete by filter", lambda s: db(s).delete().eq("done", 1).execute(), seed),
+        Op(k, "delete nothing", lambda s: db(s).delete().eq("task", "none").execute(), seed),
+    ]
+    return ops, lambda: dump(fake, "todos")
+
+
 # --- the run -------------------------------------------------------------------------------------
 
 
@@ -663,13 +712,20 @@ def main(argv: list[str]) -> int:
             Jupyter(work / "jupyter"),
         ]
         aws = MotoAws(cert)
+        stoppers: list[Callable[[], Any]] = []
         try:
             for s in servers:
                 s.start()
             aws.start()
+            from tests.support.postgrest import serve
+
+            (work / "postgrest").mkdir()
+            fake, pg = serve(work / "postgrest", "bench")
+            stoppers.append(pg.stop)
             key_id, secret = aws.keys["undoproxy"]
             config = aws.config("RATE_KEY", "RATE_SECRET")
             config["packs"] += ["etcd", "chroma", "datasette", "jupyter"]
+            config["packs"].append({"name": "postgrest", "hosts": [f"127.0.0.1:{pg.port}"]})
             config["approvals"] = {"timeout": "1s"}
             if no_packs:
                 config["packs"] = []
@@ -683,6 +739,7 @@ def main(argv: list[str]) -> int:
                     aws_ops(aws, up),
                     chroma_ops(chroma, up),
                     datasette_ops(ds, up),
+                    postgrest_ops(fake, pg, up),
                     jupyter_ops(jp, up),
                 ):
                     for op in ops:
@@ -694,6 +751,8 @@ def main(argv: list[str]) -> int:
             aws.stop()
             for s in servers:
                 s.stop()
+            for stop in stoppers:
+                stop()
     return report(results)
 
 

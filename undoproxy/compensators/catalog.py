@@ -11,6 +11,7 @@ from undoproxy.compensators import (
     etcd,
     github,
     matrix,
+    postgrest,
     s3,
     slack,
     stripe,
@@ -38,6 +39,7 @@ PACKS: dict[str, str] = {
     **awsservices.DESCRIPTIONS,
     **chroma.DESCRIPTIONS,
     **datasette.DESCRIPTIONS,
+    **postgrest.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

@@ -20,6 +20,7 @@ from undoproxy.compensators import (
     etcd,
     github,
     matrix,
+    postgrest,
     rpc,
     s3,
     slack,
@@ -41,6 +42,7 @@ PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **awsservices.BUILDERS,
     **chroma.BUILDERS,
     **datasette.BUILDERS,
+    **postgrest.BUILDERS,
 }
 
 # Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
@@ -59,6 +61,7 @@ PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {
     **awsservices.READS,
     **chroma.READS,
     **datasette.READS,
+    **postgrest.READS,
 }
 
 

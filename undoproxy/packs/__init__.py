@@ -31,6 +31,7 @@ BUILTIN_ORDER: Final = (
     "sqs",
     "chroma",
     "datasette",
+    "postgrest",
     "jupyter",
 )
 
