@@ -11,7 +11,6 @@ filters match; rollback puts them back and reads them back by key.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
