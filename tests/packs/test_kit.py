@@ -84,7 +84,8 @@ def test_the_skeleton_is_a_valid_pack_and_loads_through_include(tmp_path: Path) 
         cwd=tmp_path,
     )
     assert "billing/set-value" in explained.stdout
-    assert "POST https://api.example.com/rpc before forwarding (compensate.read)" in explained.stdout
+    read = "POST https://api.example.com/rpc before forwarding (compensate.read)"
+    assert read in explained.stdout
     assert "read back by the same read" in explained.stdout
     again = packs("new", "billing", cwd=tmp_path)
     assert again.returncode == 1 and "--force" in again.stderr

@@ -146,7 +146,7 @@ def _check(facts: Facts, key: str, row: dict[str, Any] | None) -> dict[str, Any]
     url = _row_url(facts, key) + ".json"
     if row is None:
         return readback.gone(url)
-    return readback.readback(url, readback.expect(["rows", 0], row))
+    return readback.readback(url, readback.same_digest(["rows", 0], row))
 
 
 def _post(url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:

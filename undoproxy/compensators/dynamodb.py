@@ -185,17 +185,17 @@ def undo_items(facts: Facts) -> dict[str, Any]:
         doc = awsjson.answer(facts, _item_name(*ident))
         old = doc.get("Item") if isinstance(doc, dict) else None
         check = _get(facts, write.table, key)
-        check["expect"] = [readback.expect(["Item"], old)]
+        check["expect"] = [readback.same_digest(["Item"], old)]
         expect.append(check)
         if ident in skipped:
             continue  # the answer says it was not written: as before already
         if write.kind == "put" and write.item is not None:
             after = _get(facts, write.table, key)
-            after["expect"] = [readback.expect(["Item"], write.item)]
+            after["expect"] = [readback.same_digest(["Item"], write.item)]
             left.append(after)
         elif write.kind == "delete":
             after = _get(facts, write.table, key)
-            after["expect"] = [readback.expect(["Item"], None)]
+            after["expect"] = [readback.same_digest(["Item"], None)]
             left.append(after)
         if old is not None:
             undo.append({"Put": {"TableName": write.table, "Item": old}})

@@ -56,12 +56,30 @@ def digest_of(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def same_digest(path: Path, value: Any) -> dict[str, Any]:
-    """The value at `path` must be `value`, kept only as its SHA-256: for what must never be
-    stored in clear (a secret's value), or needs only comparing (what a step left)."""
-    if "*" in path:
-        value = sorted(value or [], key=lambda v: json.dumps(v, sort_keys=True))
-    return {"path": path, "sha256": digest_of(value)}
+def same_digest(path: Path, value: Any, fields: list[str] | None = None) -> dict[str, Any]:
+    """The value at `path` must be `value`, kept only as its SHA-256: what a record holds (a
+    row, an item, a secret) is never stored in clear by a read-back, only compared. With `*`
+    in `path` the values are compared as a set; `fields` compares only those members of each
+    (etcd's revisions, set by the server on every write, left out)."""
+    check: dict[str, Any] = {"path": path}
+    if fields is not None:
+        check["fields"] = list(fields)
+    check["sha256"] = digest_of(_held(value, "*" in path, fields))
+    return check
+
+
+def _held(value: Any, many: bool, fields: list[str] | None) -> Any:
+    """What a digest check hashes: the value, projected to `fields`, sorted when many."""
+    if many:
+        items = [_project(v, fields) for v in value or []]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    return _project(value, fields)
+
+
+def _project(value: Any, fields: list[str] | None) -> Any:
+    if fields is None or not isinstance(value, dict):
+        return value
+    return {k: value[k] for k in fields if k in value}
 
 
 def excludes(path: Path, values: list[Any], within: Path | None = None) -> dict[str, Any]:
@@ -257,9 +275,9 @@ def differences_in_pages(checks: list[dict[str, Any]], pages: list[Any]) -> list
             if not ok:
                 out.append(f"{field or 'the body'} is not as before")
         if "sha256" in check:
-            held: Any = found if many else (found[0] if found else None)
-            if many:
-                held = sorted(held, key=lambda v: json.dumps(v, sort_keys=True))
+            held = _held(
+                found if many else (found[0] if found else None), many, check.get("fields")
+            )
             if digest_of(held) != check["sha256"]:
                 out.append(f"{field or 'the body'} is not as before")
         if "excludes" in check:

@@ -370,7 +370,7 @@ class Snapshots:
             state.step.id if state.step else "", redact.url(url), detail, challenge
         )
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    async def response(self, flow: http.HTTPFlow) -> None:
         """Complete the compensation from the response."""
         state = state_of(flow)
         if state is None or state.answered or state.plan is None or flow.response is None:
@@ -387,8 +387,14 @@ class Snapshots:
             snapshot_json = state.pending_fields.get("snapshot")
             state.outcome_fields["credentials"] = self._seal(flow, state, comp, snapshot_json)
         spec = comp.get("readback")
-        rpc_read = isinstance(spec, dict) and "left_paths" in spec
-        if comp.get("needs_after_read") and (comp.get("snapshot_url") or rpc_read) and state.step:
+        if comp.get("needs_after_read") and isinstance(spec, dict) and "left_paths" in spec:
+            # What an RPC step left, read before the agent has its answer: nothing the agent
+            # does next (or anyone it tells) can come first and be taken for the step's.
+            after = await self._read_after_rpc(flow, state, spec)
+            if after is not None:
+                comp["after"], comp["needs_after_read"] = after, False
+            return
+        if comp.get("needs_after_read") and comp.get("snapshot_url") and state.step:
             self.after_reads.started(state.session_id)
             task = asyncio.get_running_loop().create_task(
                 self._after_read(flow, state, comp), name="after-read"
@@ -404,19 +410,16 @@ class Snapshots:
         # read as absent before, whether the write is where undoproxy reads at all). Large
         # targets are hashed as they stream, never kept.
         try:
-            if comp.get("snapshot_url"):
-                await self._read_after(flow, state, comp)
-            else:
-                await self._read_after_rpc(flow, state, comp)
+            await self._read_after(flow, state, comp)
         finally:
             self.after_reads.ended(state.session_id)
 
     async def _read_after_rpc(
-        self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
-    ) -> None:
+        self, flow: http.HTTPFlow, state: FlowState, spec: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """An RPC pack's read right after the step (its read-back's own request): what the
-        step left, as digests of the fields its drift check compares (compensators/rpc.py)."""
-        spec = comp["readback"]
+        step left, as digests of the fields its drift check compares (compensators/rpc.py);
+        None when it cannot be read (no drift check then, never a guess)."""
         method, extra, body = request_of(spec)
         url = str(spec.get("url") or "")
         items = list(flow.request.headers.items(multi=True))
@@ -427,19 +430,19 @@ class Snapshots:
         }
         try:
             resp = await self._read(
-                flow, url, method, headers, body, keep=AFTER_BODY_LIMIT, need_all=True
+                flow, url, method, headers, body, keep=SNAPSHOT_LIMIT, need_all=True
             )
         except SnapshotFailed as exc:
             log.info("could not read the result of step %s: %s", state.step and state.step.id, exc)
-            return
+            return None
         gone = resp.status in (404, 410) or bool(
             absent_answer(spec.get("absent_when"), resp.status, resp.body)
         )
         if not (200 <= resp.status < 300 or gone):
-            log.info("could not read the result of step %s: HTTP %s", state.step, resp.status)
-            return
-        if state.step is not None:
-            self.journal.set_after(state.step, left_after(spec, gone, resp.body))
+            step = state.step.id if state.step else None
+            log.info("could not read the result of step %s: HTTP %s", step, resp.status)
+            return None
+        return left_after(spec, gone, resp.body)
 
     async def _read_after(
         self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
