@@ -15,6 +15,7 @@ from typing import Any
 from undoproxy import __version__
 from undoproxy.cli import agents, approvals, control, rules, server, sessions
 from undoproxy.cli.options import add_admin, add_config
+from undoproxy.cli.output import err, shown
 from undoproxy.errors import ConfigError, UndoproxyError
 from undoproxy.store.approvals import APPROVAL_STATES
 
@@ -151,10 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except ConfigError as exc:
-        print(f"undoproxy: configuration error:\n{exc}", file=sys.stderr)
+        err(f"undoproxy: configuration error:\n{exc}")
         return 2
     except UndoproxyError as exc:
-        print(f"undoproxy: {exc}", file=sys.stderr)
+        # The admin API's message may quote outside text (a session id, a URL): one line.
+        err(f"undoproxy: {shown(exc)}")
         return 1
     except KeyboardInterrupt:
         return 130

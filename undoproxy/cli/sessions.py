@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from undoproxy.cli.options import client
-from undoproxy.cli.output import out, table, when
+from undoproxy.cli.output import out, shown, table, when
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -55,12 +55,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         out(json.dumps(session, indent=2))
         return 0
     out(
-        f"session {session['id']}  state: {session['state']}  steps: {len(session['steps'])}  "
+        f"session {shown(session['id'])}  state: {session['state']}  "
+        f"steps: {len(session['steps'])}  "
         f"mutations: {session['mutations']}"
         + ("  FROZEN: mutations refused (undoproxy unfreeze)" if session.get("frozen") else "")
     )
     if session.get("intent"):
-        out(f"intent: {session['intent']}")
+        out(f"intent: {shown(session['intent'])}")
     if not session["steps"]:
         out("no requests yet")
         return 0
@@ -83,13 +84,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     if intents:
         out("intents:")
         for seq, intent in intents:
-            out(f"  #{seq}: {intent}")
+            out(f"  #{seq}: {shown(intent)}")
     resolved = [s for s in session["steps"] if s.get("resolved")]
     if resolved:
         out("resolved by hand:")
         for s in resolved:
             r = s["resolved"]
-            out(f"  #{s['seq']} {s['id']}: by {r['by']} at {when(r['at'])}: {r['reason']}")
+            out(
+                f"  #{s['seq']} {s['id']}: by {shown(r['by'])} at {when(r['at'])}: "
+                f"{shown(r['reason'])}"
+            )
     return 0
 
 
@@ -98,5 +102,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     text = client(args).call(
         "GET", f"/api/sessions/{quote(args.session, safe='')}/export?format={args.format}", raw=True
     )
-    sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    if sys.stdout.isatty():
+        # On a terminal, the same safe lines as every other command; into a file or a pipe,
+        # the export exactly as undoproxy wrote it.
+        out(text.removesuffix("\n"))
+    else:
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0
