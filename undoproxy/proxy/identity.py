@@ -1,11 +1,16 @@
 """Which session a request belongs to, and stripping what identified it before forwarding.
 
 Order: the session's own port (a per-session listener, see undoproxy/runtimes/listeners.py:
-every connection to it belongs to that session, whatever it sends), then proxy-URL
-credentials (on the CONNECT of a tunnel, remembered for every request inside it; or on each
-plain-HTTP request), then the `X-Undoproxy-Session` header, then `default`.
+every connection to it belongs to that session), then proxy-URL credentials (on the CONNECT
+of a tunnel, remembered for every request inside it; or on each plain-HTTP request), then the
+`X-Undoproxy-Session` header, then `default`.
 In `token` auth mode, credentials naming an existing session with its token are required,
-else the proxy answers 407 and forwards nothing.
+else the proxy answers 407 and forwards nothing; on a session's own port too (there they must
+be that session's): in token mode a port is not a credential, since any local process can
+connect to it.
+On a session's own port, a request whose credentials or `X-Undoproxy-Session` name another
+session is refused (403 `undoproxy_wrong_session`) in every mode: filed under the port's
+session it would escape that other session's kill switch and budget.
 """
 
 from __future__ import annotations
@@ -101,10 +106,46 @@ class SessionIdentity:
                 return None, f"unknown session or wrong token for session {session_id!r}"
         return session_id, ""
 
+    def _refusal_on_port(
+        self, own: str, credentials: str | None, named: str | None, *, in_tunnel: bool = False
+    ) -> http.Response | None:
+        """Why a request on session `own`'s port is refused (its answer), or None.
+
+        `credentials` is its Proxy-Authorization, `named` its X-Undoproxy-Session; `in_tunnel`:
+        it came inside a tunnel whose CONNECT passed, so only `named` is left to check."""
+        if in_tunnel:
+            credentials = None
+        try:
+            creds = parse_basic(credentials)
+        except Malformed as exc:
+            return answers.proxy_auth_required(str(exc))
+        if creds is not None and creds[0] != own:
+            return answers.wrong_session(own, creds[0])
+        if named is not None and named.strip() and named.strip() != own:
+            return answers.wrong_session(own, named.strip())
+        if self.auth == "token" and not in_tunnel:
+            if creds is None:
+                return answers.proxy_auth_required(
+                    f"proxy credentials of session {own!r} required on its own port "
+                    "(auth: token): use http://SESSION:TOKEN@host:port"
+                )
+            session_id, why = self._check(credentials)
+            if session_id is None:
+                return answers.proxy_auth_required(why)
+        return None
+
     def http_connect(self, flow: http.HTTPFlow) -> None:
-        """Remember the tunnel's session (or refuse the tunnel with 407)."""
+        """Remember the tunnel's session (or refuse the tunnel with 407, or 403 on a session's
+        own port when it names another session)."""
         own = self._port_session(flow.client_conn)
         if own is not None:
+            headers = flow.request.headers
+            refusal = self._refusal_on_port(
+                own, headers.get("Proxy-Authorization"), headers.get(SESSION_HEADER)
+            )
+            if refusal is not None:
+                flow.response = refusal
+                return
             self._tunnels[flow.client_conn.id] = own
             return
         header = flow.request.headers.get("Proxy-Authorization")
@@ -121,16 +162,27 @@ class SessionIdentity:
         if flow.response is not None:
             return
         headers = flow.request.headers
-        session_id = self._tunnels.get(flow.client_conn.id) or self._port_session(flow.client_conn)
+        session_id = self._tunnels.get(flow.client_conn.id)
+        own = self._port_session(flow.client_conn)
+        if own is not None:
+            # Inside a tunnel its CONNECT was checked; each request may still name a session.
+            refusal = self._refusal_on_port(
+                own,
+                headers.get("Proxy-Authorization"),
+                headers.get(SESSION_HEADER),
+                in_tunnel=session_id is not None,
+            )
+            if refusal is not None:
+                self._refuse(flow, refusal)
+                return
+            session_id = own
         if session_id is None:
             plain = headers.get("Proxy-Authorization")
             named = headers.get(SESSION_HEADER, "").strip()
             if plain is not None or self.auth == "token":
                 session_id, why = self._check(plain)
                 if session_id is None:
-                    flow.response = answers.proxy_auth_required(why)
-                    flow.metadata[KEY] = FlowState("default", False, answered=True, journaled=False)
-                    _strip(headers)
+                    self._refuse(flow, answers.proxy_auth_required(why))
                     return
             elif named and _valid_id(named):
                 session_id = named
@@ -142,6 +194,13 @@ class SessionIdentity:
         if session_id not in self.journal.sessions:
             self.journal.ensure_session(session_id)
         flow.metadata[KEY] = FlowState(session_id, is_mutation(flow.request.method), intent=intent)
+
+    @staticmethod
+    def _refuse(flow: http.HTTPFlow, answer: http.Response) -> None:
+        """Answer the request with `answer`: not journaled, filed under no session."""
+        flow.response = answer
+        flow.metadata[KEY] = FlowState("default", False, answered=True, journaled=False)
+        _strip(flow.request.headers)
 
     def client_disconnected(self, client: connection.Client) -> None:
         """Forget a closed tunnel."""
