@@ -30,6 +30,11 @@ def proxy_auth_required(message: str) -> http.Response:
     )
 
 
+def bad_request(message: str) -> http.Response:
+    """400: a request undoproxy cannot forward as it was read (see proxy/fieldcheck.py)."""
+    return json_response(400, {"error": "undoproxy_bad_request", "message": message})
+
+
 def wrong_session(port_session: str, named: str) -> http.Response:
     """403: a request on one session's own port names another session (its credentials or its
     X-Undoproxy-Session header); filed under neither, forwarded nowhere."""

@@ -26,6 +26,7 @@ from mitmproxy import connection, http
 from undoproxy import redact
 from undoproxy.methods import is_mutation
 from undoproxy.proxy import answers
+from undoproxy.proxy.fieldcheck import bad_field, bad_method, bad_target
 from undoproxy.proxy.state import KEY, FlowState
 from undoproxy.store.journal import Journal
 
@@ -136,7 +137,11 @@ class SessionIdentity:
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         """Remember the tunnel's session (or refuse the tunnel with 407, or 403 on a session's
-        own port when it names another session)."""
+        own port when it names another session, or 400 when its head is malformed)."""
+        why = malformed_head(flow.request)
+        if why is not None:
+            flow.response = answers.bad_request(why)
+            return
         own = self._port_session(flow.client_conn)
         if own is not None:
             headers = flow.request.headers
@@ -160,6 +165,10 @@ class SessionIdentity:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """Attribute the request to its session and strip the identifying headers."""
         if flow.response is not None:
+            return
+        why = malformed_head(flow.request)
+        if why is not None:  # before anything reads a header: none of it can be trusted
+            self._refuse(flow, answers.bad_request(why))
             return
         headers = flow.request.headers
         session_id = self._tunnels.get(flow.client_conn.id)
@@ -195,6 +204,17 @@ class SessionIdentity:
             self.journal.ensure_session(session_id)
         flow.metadata[KEY] = FlowState(session_id, is_mutation(flow.request.method), intent=intent)
 
+    def request(self, flow: http.HTTPFlow) -> None:
+        """Refuse a request whose trailers (read with its body) are malformed (400)."""
+        trailers = flow.request.trailers
+        if flow.response is None and trailers:
+            why = bad_field(trailers.fields, "trailer")
+            if why is not None:
+                state = flow.metadata.get(KEY)
+                if isinstance(state, FlowState):
+                    state.answered = True  # journaled as answered by undoproxy, not forwarded
+                flow.response = answers.bad_request(why)
+
     @staticmethod
     def _refuse(flow: http.HTTPFlow, answer: http.Response) -> None:
         """Answer the request with `answer`: not journaled, filed under no session."""
@@ -205,6 +225,17 @@ class SessionIdentity:
     def client_disconnected(self, client: connection.Client) -> None:
         """Forget a closed tunnel."""
         self._tunnels.pop(client.id, None)
+
+
+def malformed_head(request: http.Request) -> str | None:
+    """Why a request's head cannot be forwarded as read (proxy/fieldcheck.py), or None."""
+    data = request.data
+    return (
+        bad_field(request.headers.fields)
+        or bad_target(data.path)
+        or bad_target(data.authority)
+        or bad_method(data.method)
+    )
 
 
 _STRIP_RAW = frozenset(name.lower().encode() for name in _STRIP)
