@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a head an earlier verify printed: fail unless the chain still contains it "
         "(repeatable)",
     )
+    p.add_argument(
+        "--key-file",
+        action="append",
+        metavar="FILE",
+        help="an earlier credentials key (a Fernet key file), for entries written before the "
+        "key was changed (repeatable; the current one is found as undoproxy run finds it)",
+    )
     p = command("packs", rules.cmd_packs)
     p.add_argument("name", nargs="?", metavar="NAME", help="a pack: list its rules")
 

@@ -27,6 +27,7 @@ from undoproxy.credentials import CredentialBox
 from undoproxy.errors import JournalError
 from undoproxy.events import EventBus
 from undoproxy.store import schema
+from undoproxy.store.chain import ChainKey
 from undoproxy.store.lock import JournalLock
 from undoproxy.store.records import STEP_COLUMNS, Session, Step, encode_fields
 from undoproxy.store.sqlite_writer import JournalWriter
@@ -101,7 +102,8 @@ class Journal:
                 await schema.migrate(setup)
             finally:
                 await setup.close()
-            writer = JournalWriter(path)
+            key = ChainKey.of(box or CredentialBox.for_this_process())
+            writer = JournalWriter(path, chain_key=key)
             writer.start()
             await _recover_writes(writer)
             read_conn = await schema.connect(path)

@@ -105,6 +105,9 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ),
     # The hash chain (chain.py); the rows a journal already has are chained as they are now.
     ("004_chain", chain.CREATE),
+    # Keyed entries (chain.py): the entries before it stay as they were, and the writer keys
+    # the chain when it opens the journal (chain.key_the_chain).
+    (chain.KEYED_MIGRATION, chain.ADD_KEYS),
 )
 # Work a migration does in Python after its SQL, in the same transaction.
 AFTER: dict[str, Callable[[aiosqlite.Connection], Awaitable[None]]] = {

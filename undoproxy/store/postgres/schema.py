@@ -20,6 +20,8 @@ from typing import Any
 
 import asyncpg
 
+from undoproxy.store import chain
+
 # Advisory lock keys. One bigint key each for the global locks; two int keys (class, hash of
 # a name) for the per-session and per-replica ones.
 MIGRATE = 0x756E646F_0001  # "undo" + 1
@@ -27,6 +29,7 @@ CHAIN = 0x756E646F_0002  # every write of chained rows, across replicas, one at 
 ROLLBACK_CLASS = 0x756E_6401  # (class, hashtext(session id)): a rollback runs
 REPLICA_CLASS = 0x756E_6402  # (class, hashtext(replica name)): the replica is alive
 CHANNEL = "undoproxy"  # LISTEN/NOTIFY channel of journal events
+KEYED_MIGRATION = "pg_002_keyed_chain"
 
 _STEP_COLUMNS = """
     id text PRIMARY KEY,
@@ -130,6 +133,8 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX approvals_by_replica ON approvals (replica, state);
         """,
     ),
+    # Keyed chain entries (store/chain.py); the replica that opens the journal first keys it.
+    (KEYED_MIGRATION, chain.ADD_KEYS),
 )
 
 

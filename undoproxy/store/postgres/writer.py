@@ -5,11 +5,13 @@ The queue, group commit, withdrawal and timeouts are every writer's (`QueuedWrit
 connection. A write is durable once its transaction has committed (PostgreSQL's
 `synchronous_commit`, on by default, flushes the WAL first).
 
-The hash chain (`undoproxy.store.chain`): PostgreSQL has no Python triggers, so the writer
-appends the entries itself. Every INSERT or UPDATE of `sessions`, `steps` or `approvals` runs
-with `RETURNING *`, and each row it returns — the row exactly as committed, whatever the
-statement (one row or set-based) — gets its entry, computed with the same `canonical` and
-`entry_hash` as on SQLite, inserted in the same transaction. Replicas share one chain: before
+The keyed hash chain (`undoproxy.store.chain`): PostgreSQL has no Python triggers, so the
+writer appends the entries itself. Every INSERT or UPDATE of `sessions`, `steps` or
+`approvals` runs with `RETURNING *`, and each row it returns — the row exactly as committed,
+whatever the statement (one row or set-based) — gets its entry, computed with the same
+`canonical`, `row_hash` and `ChainKey.entry_hash` as on SQLite, inserted in the same
+transaction. `key_the_chain` appends the keying entry when a replica opens a journal whose
+last entry is unkeyed (one from before keyed chains). Replicas share one chain: before
 its first chained statement a transaction takes `pg_advisory_xact_lock(CHAIN)` and reads the
 head, so chain writes from all replicas follow each other, one transaction at a time, and the
 lock goes with the commit or rollback. The same lock makes `max(seq) + 1` (how a step is
@@ -27,6 +29,7 @@ from typing import Any
 
 import asyncpg
 
+from undoproxy.credentials import CredentialBox
 from undoproxy.store import chain
 from undoproxy.store.postgres.schema import CHAIN
 from undoproxy.store.postgres.sql import changed_table, translate
@@ -35,8 +38,9 @@ from undoproxy.store.writer import QueuedWriter, _Op
 log = logging.getLogger(__name__)
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
 _INSERT_ENTRY = (
-    "INSERT INTO chain (tbl, row_id, version, prev_hash, hash) VALUES ($1, $2, "
-    "(SELECT coalesce(max(version), 0) + 1 FROM chain WHERE tbl = $1 AND row_id = $2), $3, $4)"
+    "INSERT INTO chain (tbl, row_id, version, prev_hash, hash, key_id, row_hash) VALUES ($1, "
+    "$2, (SELECT coalesce(max(version), 0) + 1 FROM chain WHERE tbl = $1 AND row_id = $2), "
+    "$3, $4, $5, $6)"
 )
 _CONNECTION_ERRORS = (
     asyncpg.PostgresConnectionError,
@@ -51,9 +55,18 @@ _CONNECTION_ERRORS = (
 class PgWriter(QueuedWriter):
     """Writes batches on one connection, reconnecting (through `connect`) when it was lost."""
 
-    def __init__(self, conn: asyncpg.Connection, connect: Connect, *, timeout: float = 5.0):
+    def __init__(
+        self,
+        conn: asyncpg.Connection,
+        connect: Connect,
+        *,
+        timeout: float = 5.0,
+        chain_key: chain.ChainKey | None = None,
+    ):
         self._conn: asyncpg.Connection | None = conn
         self._connect = connect
+        # The installation's (PgJournal.connect passes it), else this process's own key.
+        self.chain_key = chain_key or chain.ChainKey.of(CredentialBox.for_this_process())
         super().__init__(timeout=timeout)
 
     async def _close(self) -> None:
@@ -66,9 +79,10 @@ class PgWriter(QueuedWriter):
             self._conn = None
             self._conn = await self._connect()
         conn = self._conn
+        key_id, keyed = self.chain_key.id, self.chain_key.entry_hash
         async with conn.transaction():
             head: str | None = None
-            entries: list[tuple[str, str, str, str]] = []
+            entries: list[tuple[str, str, str, str, str, str]] = []
             for op in batch:
                 statement = translate(op.sql)
                 args = statement.args(op.params)
@@ -83,9 +97,10 @@ class PgWriter(QueuedWriter):
                     head = head or chain.GENESIS
                 rows = await conn.fetch(statement.sql + " RETURNING *", *args)
                 for row in rows:
-                    digest = chain.entry_hash(head, chain.canonical(table, row.items()))
-                    entries.append((table, row["id"], head, digest))
-                    head = digest
+                    digest = chain.row_hash(chain.canonical(table, row.items()))
+                    entry = keyed(head, table, row["id"], digest)
+                    entries.append((table, row["id"], head, entry, key_id, digest))
+                    head = entry
                 op.result = [dict(r) for r in rows]
             if entries:
                 await conn.executemany(_INSERT_ENTRY, entries)
@@ -93,6 +108,26 @@ class PgWriter(QueuedWriter):
     @staticmethod
     def _database_failed(exc: Exception) -> bool:
         return isinstance(exc, _CONNECTION_ERRORS)
+
+
+async def key_the_chain(conn: asyncpg.Connection, key: chain.ChainKey) -> None:
+    """Append the keying entry when the chain's last entry is unkeyed (`chain.key_the_chain`
+    on PostgreSQL), under the chain lock: of replicas starting at once, one keys it."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN)
+        last = await conn.fetchrow("SELECT hash, key_id FROM chain ORDER BY seq DESC LIMIT 1")
+        if last is None or last["key_id"] is not None:
+            return
+        version = await conn.fetchval(
+            "SELECT coalesce(max(version), 0) + 1 FROM chain WHERE tbl = $1 AND row_id = $2",
+            chain.KEYING_TABLE,
+            chain.KEYING_ROW,
+        )
+        await conn.execute(
+            "INSERT INTO chain (tbl, row_id, version, prev_hash, hash, key_id, row_hash) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            *chain.keying_entry(str(last["hash"]), int(version), key),
+        )
 
 
 def returned(result: Any) -> list[dict[str, Any]]:
