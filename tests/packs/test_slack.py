@@ -195,7 +195,8 @@ def test_a_call_slack_answered_ok_false_has_nothing_to_undo(agent: Agent) -> Non
     assert "channel_not_found" in step["error"]
     report = agent.rollback()
     assert _statuses(report) == ["skipped"], report
-    assert "failed upstream" in report["steps"][0]["detail"]
+    assert "Slack answered ok: false (channel_not_found)" in report["steps"][0]["detail"]
+    assert report["steps"][0]["evidence"]["journal"] == "recorded"
     assert report["state"] == "rolled_back"
 
 

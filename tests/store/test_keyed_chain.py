@@ -13,6 +13,7 @@ from cryptography.fernet import Fernet
 
 from tests.store.backends import StoreUnderTest, _keys
 from tests.store.helpers import a_step
+from tests.store.test_chain import VERIFIED
 from undoproxy.credentials import CredentialBox
 from undoproxy.store import chain
 from undoproxy.store.records import Session
@@ -169,7 +170,7 @@ async def test_a_journal_from_before_keys_is_keyed_and_stays_checkable(
     try:
         step = await journal.step("st2")
         assert step is not None
-        await journal.update_now(step, status="compensated")
+        await journal.settle(step, VERIFIED)
     finally:
         await journal.close()
     entries = await _entries(store)

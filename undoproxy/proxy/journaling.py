@@ -15,12 +15,14 @@ import time
 from mitmproxy import http
 
 from undoproxy import redact
+from undoproxy.compensators.record import nothing
 from undoproxy.errors import JournalError
 from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
 from undoproxy.proxy.gate import refuse_if_stopped
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import irreversible_reason, new_step, record_meta, response_fields
+from undoproxy.store.base import SessionStopped
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step
 
@@ -65,6 +67,14 @@ class JournalAddon:
                 return
             self.inflight.started(state.session_id)
             state.in_flight = True
+        except SessionStopped:
+            # Another replica froze the session or started its rollback: the database said no
+            # to the write-ahead (nothing written). Refused with the reason, journaled as such.
+            state.step = None  # only a new step's write-ahead is fenced: it was not written
+            if not refuse_if_stopped(self.journal, flow, state, "on another replica"):
+                state.answered = True
+                flow.response = answers.session_closed(state.session_id, "not open")
+            self.journal.record(self._answered_step(flow, state))
         except JournalError as exc:
             log.error(
                 "not forwarding %s %s: %s",
@@ -128,6 +138,15 @@ class JournalAddon:
         # Connected upstream: the request may have been sent, so its outcome is unknown.
         server = flow.server_conn
         sent = server is not None and server.timestamp_tcp_setup is not None
+        if sent:
+            self.journal.update(state.step, status="unknown", error=message, duration_ms=duration)
+            return
         self.journal.update(
-            state.step, status="unknown" if sent else "failed", error=message, duration_ms=duration
+            state.step,
+            status="failed",
+            error=message,
+            duration_ms=duration,
+            compensation=nothing(
+                "never sent: the connection to the upstream was never made", "not_sent", message
+            ),
         )

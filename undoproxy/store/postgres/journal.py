@@ -8,9 +8,11 @@ changes when other processes share the store:
 - a session is inserted `ON CONFLICT DO NOTHING` (two replicas may meet a new one at once)
   and loaded from the database when a replica does not know it yet (`find_session`);
 - events cross replicas (`relay`); replicas watch each other (`replicas`);
-- a rollback holds `pg_try_advisory_lock(ROLLBACK_CLASS, session)` on its own connection for
-  as long as it runs (`exclusive`): a second one, on any replica, gets Busy (409); if its
-  replica dies, the connection and the lock go with it;
+- a rollback holds its session's lease (`leases.py`) for as long as it runs (`exclusive`): a
+  second one, on any replica, gets Busy (409) until the first releases it or it lapses; every
+  `compensating` mark is fenced on it, so a rollback that lost it sends nothing more;
+- a mutation is written ahead only while its session is open and not frozen as the database
+  has it (`write_ahead`), whatever this replica has heard so far;
 - the credentials key's fingerprint is kept in `settings` (`claim_key`).
 """
 
@@ -31,15 +33,15 @@ import asyncpg
 from undoproxy.credentials import CredentialBox
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
-from undoproxy.store.base import Busy
+from undoproxy.store.base import Lease, LeaseLost, SessionStopped
 from undoproxy.store.chain import ChainKey
-from undoproxy.store.journal import _INSERT_STEP, Journal, session_of
-from undoproxy.store.postgres import schema
+from undoproxy.store.journal import _INSERT_STEP, Journal, session_of, step_event
+from undoproxy.store.postgres import leases, schema
 from undoproxy.store.postgres.relay import Relay
 from undoproxy.store.postgres.replicas import Replicas
 from undoproxy.store.postgres.sql import translate
-from undoproxy.store.postgres.writer import PgWriter, key_the_chain
-from undoproxy.store.records import Session
+from undoproxy.store.postgres.writer import PgWriter, key_the_chain, returned
+from undoproxy.store.records import Session, Step
 
 log = logging.getLogger(__name__)
 KEY_SETTING = "credentials_key_sha256"
@@ -59,8 +61,21 @@ class PgJournal(Journal):
     _WITH_ATTEMPTS = (
         "jsonb_set(coalesce(compensation, '{}')::jsonb, '{rollback}', (?)::jsonb)::text"
     )
+    _WITH_AFTER = (
+        "jsonb_set(jsonb_set(coalesce(compensation, '{}')::jsonb, '{after}', (?)::jsonb), "
+        "'{needs_after_read}', 'false'::jsonb)::text"
+    )
     _INSERT_STEP = _INSERT_STEP.replace(
         ":seq", "(SELECT coalesce(max(seq), 0) + 1 FROM steps WHERE session_id = :session_id)"
+    )
+    # The write-ahead of a mutation: inserted only while its session takes mutations. Chained
+    # writes of every replica run one at a time (the writer's chain lock), so a rollback's or
+    # freeze's committed change of the session is what this statement sees.
+    _FENCED_INSERT = (
+        _INSERT_STEP.replace(" VALUES (", " SELECT ", 1).rstrip(")")
+        + " WHERE EXISTS (SELECT 1 FROM sessions WHERE id = :session_id AND state = 'open'"
+        " AND frozen = 0) AND NOT EXISTS (SELECT 1 FROM settings WHERE name = 'freeze_all'"
+        " AND value = '1')"
     )
 
     def __init__(
@@ -188,36 +203,56 @@ class PgJournal(Journal):
     # --- across replicas ------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def exclusive(self, session_id: str) -> AsyncIterator[None]:
-        """Hold the session's rollback lock (its own connection) or raise Busy."""
-        conn = await asyncpg.connect(self.url)
-        try:
-            if not await conn.fetchval(
-                "SELECT pg_try_advisory_lock($1, hashtext($2))", schema.ROLLBACK_CLASS, session_id
-            ):
-                raise Busy(f"a rollback of session {session_id!r} is already running")
-            try:
-                yield
-            finally:
-                with contextlib.suppress(Exception):
-                    await conn.execute(
-                        "SELECT pg_advisory_unlock($1, hashtext($2))",
-                        schema.ROLLBACK_CLASS,
-                        session_id,
-                    )
-        finally:
-            await conn.close()
+    async def exclusive(self, session_id: str) -> AsyncIterator[Lease]:
+        """Hold the session's rollback lease (`leases.py`) or raise Busy."""
+        async with leases.held(session_id, lambda: asyncpg.connect(self.url)) as lease:
+            yield lease
+
+    async def _fenced(
+        self, sql: str, params: list[Any], session_id: str, lease: Lease, rows: int
+    ) -> None:
+        """The write applies only while the session's lease row is this rollback's, in the
+        same transaction: a rollback whose lease lapsed (and may have been taken by another)
+        changes nothing, and LeaseLost says so."""
+        result = await self.writer.write(
+            f"{sql} AND {leases.FENCE}", [*params, session_id, lease.token]
+        )
+        if len(returned(result)) != rows:
+            raise LeaseLost(
+                "the rollback's hold on the session lapsed before it could mark the step; "
+                "nothing was sent"
+            )
+
+    async def write_ahead(self, step: Step) -> None:
+        """Insert a mutation's step about to be forwarded (`pending`), fenced on its session in
+        the same statement: only while
+        the session is open and neither it nor everything is frozen, as the database has it
+        (another replica may have frozen or started rolling it back a moment ago; its
+        notification may not have arrived). SessionStopped when it is not (nothing written,
+        the session reloaded, so the caller refuses the request with the reason)."""
+        if step.status != "pending":  # held: it goes out only through a later, checked write
+            await super().write_ahead(step)
+            return
+        row = step.to_row(self.box.encrypt)
+        rows = returned(await self.writer.write(self._FENCED_INSERT, row))
+        if not rows:
+            await self.reload_session(step.session_id)
+            await self.reload_frozen_all()
+            raise SessionStopped(f"session {step.session_id!r} takes no mutations now")
+        step.seq = rows[0]["seq"]
+        self.events.publish("step", step_event(step))
 
     async def settled(self, session_id: str) -> None:
         """Wait (up to SETTLE seconds) until no other replica has a mutation of the session
-        still `pending`: forwarded, its outcome about to be committed over there (its agent
-        may have its answer already). What a dead replica left is the sweep's to settle
+        still `pending` (forwarded, its outcome about to be committed over there: its agent
+        may have its answer already) or `held` (its approval is being denied there, as the
+        rollback's notice arrives). What a dead replica left is the sweep's to settle
         (`unknown`); what is still pending after SETTLE is reported still in flight."""
         deadline = time.monotonic() + SETTLE
         while True:
             rows = await self.query(
                 "SELECT count(*) AS n FROM steps "
-                "WHERE session_id=? AND status='pending' AND replica<>?",
+                "WHERE session_id=? AND status IN ('pending', 'held') AND replica<>?",
                 (session_id, self.replica),
             )
             if not rows[0]["n"] or time.monotonic() >= deadline:
