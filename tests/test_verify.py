@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sqlite3
 import subprocess
@@ -11,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.store.backends import SqliteStore
 from tests.support import rest
 from tests.support.proc import Undoproxy, run_cli
 from tests.support.servers import ThreadedServer
+from undoproxy.credentials import CredentialBox
 from undoproxy.store import chain
+from undoproxy.store.chain import ChainKey
+from undoproxy.store.journal import Journal as JournalStore
 
 SECRET = "sk-verify-SECRET"
 AUTH = {"Authorization": f"Bearer {SECRET}"}
@@ -238,3 +243,30 @@ def test_verify_needs_the_key_and_takes_an_older_one_from_a_file(
     assert "(no credentials key found (UNDOPROXY_CREDENTIALS_KEY is unset" in result.stdout
     key = journal.path.parent / "state" / "credentials.key"
     assert verify(config, "--key-file", str(key)).returncode == 0
+
+
+def test_a_journal_from_before_keyed_chains_says_how_far_it_is_keyed(tmp_path: Path) -> None:
+    """Unkeyed, it verifies and says NOT KEYED; once an undoproxy with keys opened it, it
+    says where the keyed entries begin and what covers the ones before."""
+    old = SqliteStore(tmp_path)
+    asyncio.run(old.before_keys())
+    state = tmp_path / "state"
+    box = CredentialBox.from_state_dir(state)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {state}\nstore:\n  path: {old.path}\n")
+    unkeyed = verify(config)
+    assert unkeyed.returncode == 0, unkeyed.stdout
+    assert unkeyed.stdout.splitlines()[0] == "ok: 2 steps verified"
+    assert unkeyed.stdout.splitlines()[2].startswith("  NOT KEYED: no entry carries a key")
+
+    async def open_and_close() -> None:
+        await (await JournalStore.open(old.path, box=box)).close()
+
+    asyncio.run(open_and_close())
+    keyed = verify(config)
+    assert keyed.returncode == 0, keyed.stdout
+    assert keyed.stdout.splitlines()[2] == (
+        f"  keyed from entry 4 on (chain key {ChainKey.of(box).id}); the 3 entries before it "
+        "date from before keyed chains: checked as SHA-256, and covered by the keyed entry "
+        "after them"
+    )
