@@ -660,7 +660,7 @@ NOT_CREATED: list[Any] = [
     pytest.param({}, b"", NOTHING_NAMED, id="empty-body"),
     pytest.param({}, b"created", NOTHING_NAMED, id="not-json"),
     pytest.param({}, [{"id": 9}], NOTHING_NAMED, id="list-body"),
-    pytest.param({}, {"data": {"id": 9}}, NOTHING_NAMED, id="nested-id"),
+    pytest.param({}, {"data": [{"id": 9}]}, NOTHING_NAMED, id="nested-list"),
     pytest.param({}, {"id": None}, NOTHING_NAMED, id="null-id"),
     pytest.param({}, {"id": True}, NOTHING_NAMED, id="boolean-id"),
     pytest.param({}, {"id": ""}, NOTHING_NAMED, id="empty-id"),
@@ -825,3 +825,22 @@ def test_only_restore_records_an_after_image(p: Plan, method: str) -> None:
     assert "needs_after_read" not in comp
 
 
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "url", "located"),
+    [
+        ({"Location": "/contacts/9"}, {}, f"{API}/contacts/9", "location"),
+        ({}, {"id": 9}, f"{API}/contacts/9", "id"),
+        ({}, {"data": {"id": "r-9"}}, f"{API}/contacts/r-9", "id"),  # JSON:API, Kinto
+    ],
+    ids=["location", "id", "data-id"],
+)
+def test_delete_created_says_where_its_url_came_from(
+    headers: dict[str, str], body: Any, url: str, located: str
+) -> None:
+    # Only a 201's Location names the created resource (RFC 9110); an id appended to the
+    # collection is a guess that rollback confirms by reading before it deletes anything.
+    p, f = step(None, "POST", f"{API}/contacts", {"name": "Ada"})
+    comp = run(p, f, 201, body, headers)
+    assert (comp["method"], comp["url"], comp["located"]) == ("DELETE", url, located)

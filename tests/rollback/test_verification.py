@@ -348,3 +348,24 @@ def test_a_step_a_person_resolved_no_longer_holds_the_session_back(
     db.close()
     report = rollback_ends(up, session_id, "rolled_back", ["skipped"])
     assert details(report) == ["resolved by a person"]
+
+
+def test_an_unknown_outcome_with_nothing_to_read_is_never_undone_blind(
+    ruled: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    # The rule's inverse needs no answer (DELETE of the body's target), but the connection
+    # broke after the PUT may have been sent, and there is no snapshot: whether the step
+    # happened cannot be read, so its inverse is not sent on a guess.
+    target = f"{server.base_url}/o/keep.txt"
+    store.put("keep.txt", "someone's file")
+    with ruled.agent(session_id, headers=AUTH) as s:
+        r = s.put(
+            f"{server.base_url}/o/linked/x",
+            json={"target": target},
+            headers={"X-Test-Drop": "after"},
+        )
+    assert r.status_code == 502
+    writes = store.writes_done
+    report = rollback_ends(ruled, session_id, "rollback_incomplete", ["unverified"])
+    assert "outcome unknown" in details(report)[0]
+    assert store.writes_done == writes and "keep.txt" in store.objects  # no DELETE went out

@@ -214,6 +214,16 @@ def created_id_problem(created_id: str) -> str | None:
     return None
 
 
+def _created_id(body: Any) -> Any:
+    """The id an answer gives what it created: `id`, or `data.id` (JSON:API, Kinto)."""
+    if not isinstance(body, dict):
+        return None
+    if "id" in body:
+        return body["id"]
+    data = body.get("data")
+    return data.get("id") if isinstance(data, dict) else None
+
+
 def _delete_created(facts: Facts) -> dict[str, Any]:
     body = facts.response_json
     if _is_json_rpc(body) or _is_json_rpc(facts.request_json):
@@ -229,7 +239,7 @@ def _delete_created(facts: Facts) -> dict[str, Any]:
         # RFC 9110: a 201's Location identifies the resource the request created.
         out["located"] = "location" if facts.response_status == 201 else "id"
         return out
-    created_id = body.get("id") if isinstance(body, dict) else None
+    created_id = _created_id(body)
     if isinstance(created_id, str | int) and not isinstance(created_id, bool) and created_id != "":
         problem = created_id_problem(str(created_id))
         if problem:

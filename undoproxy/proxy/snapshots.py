@@ -37,6 +37,7 @@ from undoproxy.compensators.model import (
 from undoproxy.compensators.packs import reads_for
 from undoproxy.compensators.record import nothing
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
+from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
 from undoproxy.proxy.planning import plan_of
 from undoproxy.proxy.state import FlowState, state_of
@@ -78,6 +79,10 @@ class Snapshots:
         self.box = box
         self.auto = auto
         self._background: set[asyncio.Task[None]] = set()
+        # Reads right after a write, per session, until their after-image is recorded: a
+        # rollback waits for them (its drift check and its "was the write at this URL"
+        # depend on them).
+        self.after_reads = InFlight()
 
     async def take(
         self,
@@ -345,6 +350,7 @@ class Snapshots:
             snapshot_json = state.pending_fields.get("snapshot")
             state.outcome_fields["credentials"] = self._seal(flow, state, comp, snapshot_json)
         if comp.get("needs_after_read") and comp.get("snapshot_url") and state.step:
+            self.after_reads.started(state.session_id)
             task = asyncio.get_running_loop().create_task(
                 self._after_read(flow, state, comp), name="after-read"
             )
@@ -358,6 +364,14 @@ class Snapshots:
         # tell later whether someone else changed the target since (and, for a target that
         # read as absent before, whether the write is where undoproxy reads at all). Large
         # targets are hashed as they stream, never kept.
+        try:
+            await self._read_after(flow, state, comp)
+        finally:
+            self.after_reads.ended(state.session_id)
+
+    async def _read_after(
+        self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
+    ) -> None:
         url = comp["snapshot_url"]
         items = list(flow.request.headers.items(multi=True))
         headers = {

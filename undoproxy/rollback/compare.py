@@ -72,7 +72,7 @@ class Read:
         if self.response is None:
             return self.error or "no answer"
         if self.state == ABSENT and 200 <= self.response.status < 300:
-            return f"GET answered HTTP {self.response.status} with a tombstone (deleted: true)"
+            return f"GET answered HTTP {self.response.status} with a tombstone"
         return f"GET answered HTTP {self.response.status}"
 
     @property

@@ -166,11 +166,15 @@ class Decider:
                 why = "the target is as the step left it" if left else "--force"
                 note = f"{earlier} and it did not take effect ({why}): sent again; "
                 return Go(current, compare.strong_etag(current.etag), note)
+            state = (
+                "neither as before this step nor as the step left it"
+                if left is False
+                else "not as before this step, and what the step left is unknown"
+            )
             return Verdict(
                 "failed",
-                f"{earlier}; the target is neither as before this step nor as the step left "
-                f"it ({'; '.join(diffs)}); it was not sent again: check by hand (--force "
-                "sends it again)",
+                f"{earlier}; the target is {state} ({'; '.join(diffs)}); it was not sent "
+                "again: check by hand (--force sends it again)",
             )
         if comp.request is not None and comp.request.method == "DELETE":
             current = await self.reader.read(step, comp.request.url, None)

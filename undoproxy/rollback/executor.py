@@ -29,7 +29,7 @@ from undoproxy.compensators.record import CompensationRecord
 from undoproxy.credentials import CredentialBox
 from undoproxy.errors import JournalError, UndoproxyError
 from undoproxy.inflight import InFlight
-from undoproxy.lifecycle import Settlement, StepStatus
+from undoproxy.lifecycle import StepStatus
 from undoproxy.retry import RetryPolicy
 from undoproxy.rollback.compare import after_body
 from undoproxy.rollback.correction import Corrector
@@ -51,6 +51,7 @@ from undoproxy.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
 Progress = Callable[[StepResult], Awaitable[None]]
+AFTER_READS = 10.0  # how long a rollback waits for reads right after its steps' writes
 
 
 class RollbackRefused(UndoproxyError):
@@ -67,11 +68,13 @@ class Rollback:
         box: CredentialBox,
         policy: RetryPolicy | None = None,
         inflight: InFlight | None = None,
+        after_reads: InFlight | None = None,
     ) -> None:
         self.journal = journal
         self.client = client
         self.box = box
         self.inflight = inflight
+        self.after_reads = after_reads
         self.policy = policy or RetryPolicy()
         self.reader = Reader(client, box, self.policy)
         self.verifier = Verifier(self.reader, self._agent_docs)
@@ -134,6 +137,8 @@ class Rollback:
                     # The session takes no more mutations now; those already on their way
                     # upstream are waited for, so that each is undone, not left in place.
                     await self.inflight.drained(session_id)
+                if self.after_reads is not None:  # their after-images are what drift needs
+                    await self.after_reads.drained(session_id, timeout=AFTER_READS)
                 await self.journal.settled(session_id)  # and those other replicas sent
                 await self.journal.writer.flush()
             steps = await self.journal.steps(session_id, mutations_only=True, exchange=False)
@@ -313,16 +318,13 @@ class Rollback:
         self, step: Step, verdict: Verdict, run: RunState
     ) -> Coroutine[Any, Any, None] | None:
         """The journal write of a step's verdict (awaited through `_durably`), or None."""
-        status = verdict.journal_status
-        if status is None:
+        back = None
+        if verdict.journal_status is None:
             if step.id in run.marked:
-                status = StepStatus(step.status)  # marked ahead, nothing to undo: as it was
+                back = StepStatus(step.status)  # marked ahead, nothing to undo: as it was
             elif step.compensation_status == "compensated" or step.status == "resolved":
                 return None  # as it was: a person's resolution is never overwritten
-        settlement = Settlement(
-            verdict.status, verdict.detail, status, verdict.evidence, verdict.compensation
-        )
-        return self.journal.settle(step, settlement)
+        return self.journal.settle(step, verdict.settlement(back))
 
     async def _decide(
         self, step: Step, comp: CompensationRecord, run: RunState, lease: Lease

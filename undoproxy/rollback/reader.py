@@ -9,7 +9,6 @@ member" that read only the first page would pass for a channel of 1,001.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
@@ -116,6 +115,3 @@ def _next_page(url: str, read: Read, doc: Any, paging: dict[str, Any]) -> str | 
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
 
 
-def dumps(doc: Any) -> str:
-    """A JSON document as one canonical line (for messages and hashes)."""
-    return json.dumps(doc, sort_keys=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from undoproxy import redact
-from undoproxy.lifecycle import StepStatus
+from undoproxy.lifecycle import Settlement, StepStatus
 from undoproxy.rollback.compare import Read
 
 REPORT_STATUSES = (
@@ -123,6 +123,17 @@ class Verdict:
     def journal_status(self) -> StepStatus | None:
         """The step status this verdict leaves in the journal (None: as it was)."""
         return JOURNAL_STATUS.get(self.status)
+
+    def settlement(self, otherwise: StepStatus | None = None) -> Settlement:
+        """The verdict as `Journal.settle` records it; a verdict that leaves the step's status
+        as it was writes `otherwise` (a step marked ahead goes back to its outcome)."""
+        return Settlement(
+            self.status,
+            self.detail,
+            self.journal_status or otherwise,
+            self.evidence,
+            self.compensation,
+        )
 
 
 def compensated(evidence: ReadEvidence, detail: str, etag: str | None = None) -> Verdict:

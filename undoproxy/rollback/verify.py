@@ -76,30 +76,41 @@ class Verifier:
         current: Read,
         sent: bytes | None,
     ) -> Restored | None:
-        """The read shows the snapshot's state (see the module docstring), or None.
+        """The read shows the snapshot's state (see the module docstring), or None."""
+        restored, _ = await self.restored(step, comp, snap, current, sent)
+        return restored
+
+    async def restored(
+        self,
+        step: Step,
+        comp: CompensationRecord,
+        snap: Snapshot,
+        current: Read,
+        sent: bytes | None,
+    ) -> tuple[Restored | None, list[str]]:
+        """(what shows it restored, None when it is not; what differs, named, when not).
 
         `sent` is the body the undo wrote (None: the compensation record's own body)."""
         assert current.response is not None
         found = compare.compare(snap, current.response)
         if not found:
             shows = "matches the snapshot" if snap.existed else "gone"
-            return Restored(ReadEvidence.of(current, shows), shows)
+            return Restored(ReadEvidence.of(current, shows), shows), []
         if found.other or not found.fields or not snap.existed:
-            return None
+            return None, found.describe()
         body = sent if sent is not None else _body(comp)
         named = [d for d in found.fields if d.name in comp.server_fields]
         rest = [d for d in found.fields if d.name not in comp.server_fields]
         by_server, not_restored = compare.server_set(
             rest, parse_json(body), await self.agent_docs(step) if rest else []
         )
-        if not_restored:
-            return None
         names = ", ".join(d.name for d in [*named, *by_server])
-        return Restored(
-            ReadEvidence.of(current, "as before, but for fields the server sets"),
-            "matches the snapshot",
-            f"; server-set fields differ: {names}",
-        )
+        if not_restored:
+            also = [f"server-set fields differ: {names}"] if names else []
+            return None, found.describe(not_restored) + also
+        shows = "as before, but for fields the server sets"
+        note = f"; server-set fields differ: {names}"
+        return Restored(ReadEvidence.of(current, shows), "matches the snapshot", note), []
 
     async def verify(
         self,
@@ -161,9 +172,8 @@ class Verifier:
                 "creation) and was never seen at this URL, so the read does not show it "
                 f"undone: {RESOLVE}",
             )
-        restored = await self.as_before(step, comp, snap, current, out.body)
+        restored, diffs = await self.restored(step, comp, snap, current, out.body)
         if restored is None:
-            diffs = compare.differences(snap, current.response)
             return Verdict(
                 "failed",
                 f"{answered}, but the target is not as it was before this step: {'; '.join(diffs)}",

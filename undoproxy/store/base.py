@@ -39,6 +39,20 @@ class SessionStopped(JournalError):
     being rolled back) in the database: nothing was written, nothing may be forwarded."""
 
 
+class BudgetExceeded(JournalError):
+    """A mutation's write-ahead found a `guard:` budget of its session used up, as every
+    replica's steps count in the database: nothing was written, nothing may be forwarded."""
+
+    def __init__(self, limit: str, value: int, scope: str) -> None:
+        super().__init__(f"{scope}: {limit} {value} reached")
+        self.limit, self.value, self.scope = limit, value, scope
+
+
+# A budget a write-ahead is fenced on: (rule name, or None for the whole session; the limit,
+# `max_mutations` or `max_mutations_per_minute`; its value).
+Limit = tuple[str | None, str, int]
+
+
 class LeaseLost(JournalError):
     """This rollback no longer holds its session's lease: it sends nothing more."""
 
@@ -120,8 +134,8 @@ class Store(Protocol):
     def next_seq(self, session_id: str) -> int:
         """The next step number of a session (a shared journal may renumber at commit)."""
 
-    async def write_ahead(self, step: Step) -> None:
-        """Insert a step, awaited."""
+    async def write_ahead(self, step: Step, *, limits: Sequence[Limit] = ()) -> None:
+        """Insert a step, awaited (a shared journal fences a mutation on its budgets)."""
 
     def record(self, step: Step) -> None:
         """Insert a step, batched."""

@@ -29,7 +29,7 @@ from undoproxy.errors import JournalError
 from undoproxy.events import EventBus
 from undoproxy.lifecycle import IllegalTransition, Settlement
 from undoproxy.store import schema
-from undoproxy.store.base import Lease
+from undoproxy.store.base import Lease, Limit
 from undoproxy.store.chain import ChainKey
 from undoproxy.store.lock import JournalLock
 from undoproxy.store.records import STEP_COLUMNS, Session, Step, at_rest, encode_fields
@@ -61,6 +61,8 @@ class Journal:
     # Another process may share this journal (PostgreSQL): sessions, approvals and rollbacks
     # may then change elsewhere, and the journal tells about it through `events`.
     shared = False
+    # False while a shared journal cannot hear the other processes: no mutation goes out then.
+    in_touch = True
     _INSERT_SESSION = (
         f"INSERT INTO sessions ({', '.join(_SESSION_COLUMNS)}) "
         f"VALUES ({', '.join('?' for _ in _SESSION_COLUMNS)})"
@@ -261,8 +263,9 @@ class Journal:
 
     # --- steps ----------------------------------------------------------------------------
 
-    async def write_ahead(self, step: Step) -> None:
+    async def write_ahead(self, step: Step, *, limits: Sequence[Limit] = ()) -> None:
         """Insert a step and wait until it is committed and fsync'd (raises JournalError).
+        `limits` are for a shared journal (one process counts its budgets exactly itself).
 
         A shared journal numbers the step in its session as it commits it: `step.seq` is then
         the number the database gave it."""

@@ -25,7 +25,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import asyncpg
@@ -33,7 +33,7 @@ import asyncpg
 from undoproxy.credentials import CredentialBox
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
-from undoproxy.store.base import Lease, LeaseLost, SessionStopped
+from undoproxy.store.base import BudgetExceeded, Lease, LeaseLost, Limit, SessionStopped
 from undoproxy.store.chain import ChainKey
 from undoproxy.store.journal import _INSERT_STEP, Journal, session_of, step_event
 from undoproxy.store.postgres import leases, schema
@@ -95,6 +95,8 @@ class PgJournal(Journal):
         self._presence = presence  # holds this replica's lock and listens
         self.relay = Relay(self)
         self.replicas: Replicas | None = None
+        self.in_touch = True
+        self._rejoining: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(
@@ -149,12 +151,55 @@ class PgJournal(Journal):
             raise
         return journal
 
+    def lost_touch(self) -> None:
+        """The listening connection is gone: out of touch until `_rejoin` is done."""
+        self.in_touch = False
+        if self._rejoining is None or self._rejoining.done():
+            self._rejoining = asyncio.get_running_loop().create_task(
+                self._rejoin(), name="journal-rejoin"
+            )
+
+    async def _rejoin(self) -> None:
+        """Connect again, listen, reload what the cache holds, then take mutations again."""
+        delay = 0.2
+        while True:
+            try:
+                presence = await schema.connect(self.url, self.replica)
+                try:
+                    await presence.fetchval(
+                        "SELECT pg_try_advisory_lock($1, hashtext($2))",
+                        schema.REPLICA_CLASS,
+                        self.replica,
+                    )
+                    await self.relay.listen_on(presence)  # events from now on are queued
+                    for session_id in list(self.sessions):
+                        await self.reload_session(session_id)
+                    await self.reload_frozen_all()
+                except BaseException:
+                    await presence.close()
+                    raise
+                old, self._presence = self._presence, presence
+                with contextlib.suppress(Exception):
+                    await old.close()
+                self.in_touch = True
+                self.events.arrived("rejoined", {})
+                log.warning("the journal hears the other replicas again; mutations resume")
+                return
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("cannot reach the journal to rejoin the replicas (%s); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def close(self) -> None:
         """Stop watching and listening, commit what is queued, close every connection.
 
         This replica's row stays: the lock it held goes with its connection, and the next
         sweep (here or on another replica) settles what it left and removes the row."""
         try:
+            if self._rejoining is not None:
+                self._rejoining.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._rejoining
             if self.replicas is not None:
                 await self.replicas.stop()
             await self.relay.stop()
@@ -223,24 +268,50 @@ class PgJournal(Journal):
                 "nothing was sent"
             )
 
-    async def write_ahead(self, step: Step) -> None:
-        """Insert a mutation's step about to be forwarded (`pending`), fenced on its session in
-        the same statement: only while
-        the session is open and neither it nor everything is frozen, as the database has it
-        (another replica may have frozen or started rolling it back a moment ago; its
-        notification may not have arrived). SessionStopped when it is not (nothing written,
-        the session reloaded, so the caller refuses the request with the reason)."""
+    async def write_ahead(self, step: Step, *, limits: Sequence[Limit] = ()) -> None:
+        """Insert a mutation's step about to be forwarded (`pending`), fenced in the same
+        statement on what the database says, whatever this replica has heard so far:
+        - its session is open and neither it nor everything is frozen (another replica may
+          have frozen it or started rolling it back a moment ago); SessionStopped otherwise;
+        - each of `limits` (its `guard:` budgets) still has room, counted over every
+          replica's steps; BudgetExceeded otherwise.
+        Chained writes of every replica run one at a time (the writer's chain lock), so two
+        replicas never both take the last unit of a budget. Nothing is written when refused."""
         if step.status != "pending":  # held: it goes out only through a later, checked write
             await super().write_ahead(step)
             return
         row = step.to_row(self.box.encrypt)
-        rows = returned(await self.writer.write(self._FENCED_INSERT, row))
+        sql = self._FENCED_INSERT
+        for n, (rule, limit, value) in enumerate(limits):
+            sql += f" AND ({_COUNTED}{_rule_and_window(n, rule, limit)}) < :limit_{n}"
+            row[f"limit_{n}"] = value
+            if rule is not None:
+                row[f"limit_rule_{n}"] = rule
+        rows = returned(await self.writer.write(sql, row))
         if not rows:
             await self.reload_session(step.session_id)
             await self.reload_frozen_all()
-            raise SessionStopped(f"session {step.session_id!r} takes no mutations now")
+            session = self.sessions.get(step.session_id)
+            stopped = self.frozen_all or session is None or session.frozen
+            if stopped or (session is not None and session.state != "open"):
+                raise SessionStopped(f"session {step.session_id!r} takes no mutations now")
+            raise await self._exceeded(step, limits)
         step.seq = rows[0]["seq"]
         self.events.publish("step", step_event(step))
+
+    async def _exceeded(self, step: Step, limits: Sequence[Limit]) -> BudgetExceeded:
+        """Which budget refused a write-ahead (the first one used up)."""
+        for n, (rule, limit, value) in enumerate(limits):
+            params: dict[str, Any] = {"session_id": step.session_id, "created_at": time.time()}
+            if rule is not None:
+                params[f"limit_rule_{n}"] = rule
+            rows = await self.query(
+                f"SELECT ({_COUNTED}{_rule_and_window(n, rule, limit)}) AS n", params
+            )
+            if rows and rows[0]["n"] >= value:
+                return BudgetExceeded(limit, value, "session" if rule is None else f"rule {rule}")
+        rule, limit, value = limits[0] if limits else (None, "max_mutations", 0)
+        return BudgetExceeded(limit, value, "session" if rule is None else f"rule {rule}")
 
     async def settled(self, session_id: str) -> None:
         """Wait (up to SETTLE seconds) until no other replica has a mutation of the session
@@ -275,6 +346,21 @@ class PgJournal(Journal):
                 "(the state dir's credentials.key or UNDOPROXY_CREDENTIALS_KEY), or it could "
                 "not open the credentials the others sealed for rollback"
             )
+
+
+# A session's mutations on their way or gone upstream (what a budget counts), as SQL.
+_COUNTED = (
+    "SELECT count(*) FROM steps WHERE session_id = :session_id AND is_mutation = 1 "
+    "AND status NOT IN ('held', 'denied')"
+)
+
+
+def _rule_and_window(n: int, rule: str | None, limit: str) -> str:
+    """The rest of a budget's count: its rule, and the last minute for a per-minute one."""
+    extra = f" AND rule = :limit_rule_{n}" if rule is not None else ""
+    if limit == "max_mutations_per_minute":
+        extra += " AND created_at > CAST(:created_at AS double precision) - 60.0"
+    return extra
 
 
 def default_replica_name() -> str:
