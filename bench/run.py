@@ -22,6 +22,7 @@ from pathlib import Path
 
 import chain
 import holds
+import journalsize
 import llm
 import mutations
 import paired
@@ -44,6 +45,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "llm": lambda d, a: llm.run(d, max(2, a.rounds // 2)),
     "pg": lambda d, a: pg.run(d, a.rounds, a.seconds),
     "replicas": lambda d, a: replicas.run(d, a.rounds, a.seconds),
+    "journal": lambda d, a: journalsize.run(d, max(2, a.rounds // 2)),
 }
 
 

@@ -1,16 +1,27 @@
 """Property-based tests: arbitrary JSON, headers, URLs and bodies never break the redactor, the
-template renderer or the rules engine, and a planted secret never survives redaction."""
+template renderer or the rules engine, and a planted secret never survives redaction; random
+bytes sent through a real `undoproxy run` reach the upstream only journaled and judged."""
 
 from __future__ import annotations
 
+import base64
+import bz2
 import contextlib
+import gzip
 import json
 import os
+import socket
+import sqlite3
+import time
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus, urlsplit
 
+import brotli  # type: ignore[import-untyped]
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +41,9 @@ from undoproxy.rules import (
 from undoproxy.rules.templates import render_known
 from undoproxy.yamlsource import load_file
 
+from .proxy.wire import RawUpstream, read_answer, tunnel
 from .rules.helpers import rule_set
+from .support.proc import Undoproxy
 from .test_redact import SECRET_NAMES
 
 # FUZZ_EXAMPLES=5000 for a longer hunt; the suite keeps each property to a bounded run.
@@ -373,3 +386,155 @@ def test_the_rules_engine_never_raises(
             )
             with contextlib.suppress(TemplateError):
                 render_template(match.rule.compensate, ctx)
+
+
+# --- the proxy, end to end -------------------------------------------------------------------
+#
+# Random request lines, headers, content codings and first bytes after CONNECT (plain, or
+# inside TLS), sent from a raw socket through a real `undoproxy run` to an upstream that
+# records every byte it receives. Whatever the upstream received must be in the journal as a
+# judged request (a step with a rule decision that was let through); anything else must not
+# have reached it at all (the agent was refused, or is still being waited for).
+
+E2E = settings(
+    max_examples=int(os.environ.get("FUZZ_PROXY_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+FUZZ_RULES = [
+    {"name": "fuzz-deny", "match": {"body": {"$.amount": {"gt": 100}}}, "action": "deny"},
+    {"name": "fuzz-hold", "match": {"path": "/held/**"}, "action": "hold", "timeout": "1s"},
+]
+
+
+@pytest.fixture(scope="module")
+def raw_upstream(upstream_cert: tuple[Path, Path]) -> Iterator[RawUpstream]:
+    server = RawUpstream(upstream_cert).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def fuzzed_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
+    instance = Undoproxy(tmp_path_factory.mktemp("fuzz-proxy"), {"rules": FUZZ_RULES}).start()
+    yield instance
+    instance.stop()
+
+
+CODINGS = ["gzip", "x-gzip", "gzip, gzip", "deflate", "br", "zstd", "identity", "bz2", "base64"]
+ENCODE: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "x-gzip": gzip.compress,
+    "gzip, gzip": lambda b: gzip.compress(gzip.compress(b)),
+    "deflate": zlib.compress,
+    "br": brotli.compress,
+    "zstd": lambda b: zstandard.ZstdCompressor().compress(b),
+    "identity": lambda b: b,
+    "bz2": bz2.compress,
+    "base64": base64.b64encode,
+}
+tokens = st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,10}", fullmatch=True)
+
+
+@st.composite
+def wire_requests(draw: st.DrawFn) -> tuple[str, bytes, str]:
+    """(how it travels: plain | tunnel | tls, the bytes sent, the marker in them)."""
+    marker = "fz" + draw(st.uuids()).hex
+    how = draw(st.sampled_from(["plain", "tunnel", "tls"]))
+    method = draw(
+        st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "MOVE", "PROPFIND"])
+        | tokens
+        | st.text(min_size=1, max_size=6)
+    )
+    segments = draw(
+        st.lists(st.sampled_from(["a", "held", "..", "%2e", "x y"]) | tokens, max_size=3)
+    )
+    path = f"/{marker}/" + "/".join(segments)
+    if draw(st.booleans()) and segments and segments[0] == "held":
+        path = f"/held/{marker}"
+    host = draw(st.sampled_from(["TARGET", "localhost", "127.0.0.1", "", None, "TARGET, x"]))
+    amount = draw(st.integers(-5, 500))
+    body = draw(
+        st.sampled_from([b"", f'{{"amount": {amount}, "m": "{marker}"}}'.encode()])
+        | st.binary(max_size=40)
+    )
+    coding = draw(st.none() | st.sampled_from(CODINGS))
+    headers: list[tuple[str, str]] = []
+    if host is not None:
+        headers.append(("Host", host))
+    if coding is not None:
+        body = ENCODE[coding](body)
+        headers.append(("Content-Encoding", coding))
+    chunked = draw(st.booleans()) and bool(body)
+    if chunked:
+        headers.append(("Transfer-Encoding", "chunked"))
+        sent = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n" if body else b"0\r\n\r\n"
+    else:
+        length = len(body) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+        headers.append(("Content-Length", str(max(length, 0))))
+        sent = body
+    headers += draw(
+        st.lists(st.tuples(tokens | st.sampled_from(["Upgrade", "Expect"]), text), max_size=2)
+    )
+    target = "http://TARGET" + path if how == "plain" else path
+    version = draw(st.sampled_from(["HTTP/1.1", "HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/9"]))
+    head = f"{method} {target} {version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+    first = draw(
+        st.sampled_from([b"", b"", b"", b"\r\n", b"\n", b" ", b"\x00", b"\x16\x03\x01"])
+        | st.binary(max_size=3)
+    )
+    data = first + head.encode("utf-8", "surrogateescape") + b"\r\n" + sent
+    return how, data, marker
+
+
+def _send(proxy: Undoproxy, upstream: RawUpstream, how: str, data: bytes) -> None:
+    target = f"127.0.0.1:{upstream.port}"
+    data = data.replace(b"TARGET", target.encode())
+    auth = "Proxy-Authorization: Basic " + base64.b64encode(b"fuzz:x").decode() + "\r\n"
+    try:
+        if how == "plain":
+            sock: Any = socket.create_connection(("127.0.0.1", proxy.proxy_port), timeout=5)
+            first, newline, rest = data.partition(b"\r\n")
+            data = first + newline + auth.encode() + rest if newline else data
+        else:
+            sock = tunnel(
+                proxy.proxy_port, target, session="fuzz", tls=how == "tls", ca=proxy.ca_bundle
+            )
+        with sock:
+            sock.settimeout(1.5)
+            sock.sendall(data)
+            read_answer(sock)
+    except (OSError, ConnectionError):
+        pass  # refused, reset, or never answered: only what reached the upstream matters
+
+
+def _journaled(proxy: Undoproxy, marker: str) -> list[tuple[str, str | None]]:
+    db = sqlite3.connect(f"file:{proxy.dir / 'journal.db'}?mode=ro", uri=True)
+    try:
+        rows = db.execute(
+            "SELECT status, action FROM steps WHERE url LIKE ? OR instr(request_body, ?) > 0",
+            (f"%{marker}%", marker.encode()),
+        ).fetchall()
+    finally:
+        db.close()
+    return [(str(r[0]), r[1]) for r in rows]
+
+
+@E2E
+@given(wire_requests())
+def test_every_request_the_upstream_receives_was_journaled_and_judged(
+    fuzzed_proxy: Undoproxy, raw_upstream: RawUpstream, request: tuple[str, bytes, str]
+) -> None:
+    how, data, marker = request
+    _send(fuzzed_proxy, raw_upstream, how, data)
+    if marker.encode() not in raw_upstream.received:
+        return  # refused, or nothing was forwarded
+    deadline = time.monotonic() + 5
+    steps = _journaled(fuzzed_proxy, marker)
+    while not steps and time.monotonic() < deadline:  # the journal's batch is being written
+        time.sleep(0.05)
+        steps = _journaled(fuzzed_proxy, marker)
+    assert steps, f"reached the upstream unjournaled: {data!r}"
+    forwarded = [s for s in steps if s[0] not in ("denied", "held")]
+    assert forwarded, f"reached the upstream though journaled as refused: {steps} {data!r}"
+    assert all(action is not None for _, action in forwarded), steps

@@ -8,7 +8,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import quote
 
 from undoproxy.errors import AdminClientError
 
@@ -21,6 +22,14 @@ STATE_DIR_ENV = "UNDOPROXY_STATE_DIR"
 # CLI's own admin calls (and the admin token) through undoproxy, journaled as the session's
 # steps, and a rollback would try to undo the rollback request itself.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ByteSink(Protocol):
+    """Where `download` writes: a binary file, or anything that takes bytes."""
+
+    def write(self, data: bytes, /) -> object:
+        """Take the next bytes."""
+        ...
 
 
 def find_token() -> str | None:
@@ -61,6 +70,50 @@ class AdminClient:
             raise AdminClientError(self._explain(exc)) from None
         except urllib.error.URLError as exc:
             raise AdminClientError(self._unreachable(exc)) from None
+
+    def pages(
+        self, path: str, key: str, *, limit: int | None = None, page: int = 1000
+    ) -> Iterator[dict[str, Any]]:
+        """Follow a paged list (`GET path`, its items under `key`, `next` the cursor of the
+        next page) and yield its items, at most `limit` of them; `self.total` is then the
+        list's total."""
+        joiner = "&" if "?" in path else "?"
+        cursor: str | None = None
+        left = limit
+        while True:
+            size = page if left is None else max(1, min(page, left))
+            query = f"{joiner}limit={size}" + (f"&cursor={quote(cursor)}" if cursor else "")
+            answer = self.call("GET", path + query)
+            self.total = int(answer.get("total", 0))
+            for item in answer[key]:
+                if left is not None:
+                    if left <= 0:
+                        return
+                    left -= 1
+                yield item
+            cursor = answer.get("next")
+            if not cursor or (left is not None and left <= 0):
+                return
+
+    total = 0  # the total of the list `pages` followed last
+
+    def download(self, path: str, sink: ByteSink) -> bytes:
+        """`GET path` written to `sink` as it arrives (nothing held in memory); the last
+        byte written (b"" when none)."""
+        request = self._request("GET", path, None)
+        last = b""
+        try:
+            with _DIRECT.open(request, timeout=self.timeout) as response:
+                while chunk := response.read(64 * 1024):
+                    sink.write(chunk)
+                    last = chunk[-1:]
+        except urllib.error.HTTPError as exc:
+            raise AdminClientError(self._explain(exc)) from None
+        except urllib.error.URLError as exc:
+            raise AdminClientError(self._unreachable(exc)) from None
+        except TimeoutError:
+            raise AdminClientError(f"undoproxy at {self.base_url} did not answer in time") from None
+        return last
 
     def _request(
         self, method: str, path: str, body: dict[str, Any] | None

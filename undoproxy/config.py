@@ -173,6 +173,32 @@ SETTINGS: tuple[Setting, ...] = (
         _positive_duration,
     ),
     Setting(
+        "retention.after",
+        0,
+        "archive sessions committed or rolled back and idle for longer than this (e.g. 30d), "
+        "every retention.every; 0 = keep everything (see docs/operations.md)",
+        parse_duration,
+    ),
+    Setting(
+        "retention.archive_dir",
+        None,
+        "where those archive files go (relative to the config file); or retention.delete",
+        lambda value: None if value is None else _path(value),
+    ),
+    Setting(
+        "retention.delete",
+        False,
+        "with retention.after: remove them without an archive file (the chain still records "
+        "what was removed)",
+        _bool,
+    ),
+    Setting(
+        "retention.every",
+        "1h",
+        "how often undoproxy looks for sessions to archive",
+        _positive_duration,
+    ),
+    Setting(
         "approvals.timeout",
         "300s",
         "how long a held request waits for a decision",
@@ -243,7 +269,7 @@ SETTINGS: tuple[Setting, ...] = (
 # `include`, `rules` and `packs` are validated by the rules engine, `signing` by
 # signing_config.py; their parse functions above are unused.
 _RULE_KEYS = ("include", "rules", "packs", "signing")
-_SECTIONS = {"proxy", "admin", "store", "approvals", "defaults", "guard"}
+_SECTIONS = {"proxy", "admin", "store", "retention", "approvals", "defaults", "guard"}
 _TOP_LEVEL = _SECTIONS | {"state_dir", *_RULE_KEYS}
 
 
@@ -260,6 +286,10 @@ class Config:
     store_path: Path = field(default_factory=lambda: Path("~/.undoproxy/undoproxy.db").expanduser())
     store_url: str | None = None  # PostgreSQL, shared by replicas (instead of store_path)
     store_heartbeat: float = 10.0
+    retention_after: float = 0.0  # archive closed sessions idle this long (0: never)
+    retention_dir: Path | None = None  # where their archive files go (None: retention_delete)
+    retention_delete: bool = False
+    retention_every: float = 3600.0
     approvals_timeout: float = 300.0
     approvals_notify: list[str] = field(default_factory=list)
     defaults_mutations: str = "log"
@@ -382,6 +412,16 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
                 "store.url and store.path: give one (PostgreSQL or a SQLite file), not both",
             )
         )
+    if parsed.get("retention.after"):
+        has_dir = parsed.get("retention.archive_dir") is not None
+        if has_dir == bool(parsed.get("retention.delete")):
+            errors.append(
+                ConfigError(
+                    locations.get("retention.after", where),
+                    "retention.after: give retention.archive_dir (where archives go) or "
+                    "retention.delete: true, one of the two",
+                )
+            )
     signing, signing_errors = parse_signing(doc.get("signing"), loc(doc, "signing"))
     errors.extend(signing_errors)
 
@@ -396,6 +436,10 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
     store_path = Path(os.path.expanduser(parsed["store.path"] or state_dir / "undoproxy.db"))
     if not store_path.is_absolute():
         store_path = base_dir / store_path
+    retention_dir = parsed["retention.archive_dir"]
+    if retention_dir is not None:
+        retention_dir = Path(os.path.expanduser(retention_dir))
+        retention_dir = retention_dir if retention_dir.is_absolute() else base_dir / retention_dir
     return Config(
         proxy_listen=parsed["proxy.listen"],
         proxy_auth=parsed["proxy.auth"],
@@ -406,6 +450,10 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
         store_path=store_path,
         store_url=parsed["store.url"],
         store_heartbeat=parsed["store.heartbeat"],
+        retention_after=parsed["retention.after"],
+        retention_dir=retention_dir,
+        retention_delete=parsed["retention.delete"],
+        retention_every=parsed["retention.every"],
         approvals_timeout=parsed["approvals.timeout"],
         approvals_notify=parsed["approvals.notify"],
         defaults_mutations=parsed["defaults.mutations"],

@@ -29,7 +29,7 @@ from mitmproxy import options
 from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
 from mitmproxy.master import Master
 
-from undoproxy import cabundle
+from undoproxy import cabundle, retention
 from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
@@ -39,13 +39,17 @@ from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.inflight import InFlight
+from undoproxy.proxy.bodies import Bodies
 from undoproxy.proxy.gate import Gate
 from undoproxy.proxy.guard import FailClosed
 from undoproxy.proxy.holds import Holds
 from undoproxy.proxy.identity import SessionIdentity
 from undoproxy.proxy.journaling import JournalAddon
+from undoproxy.proxy.layers import ProtocolPolicy, journal_refusals
+from undoproxy.proxy.names import OneName
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
+from undoproxy.proxy.websockets import WebSockets
 from undoproxy.rollback import Rollback
 from undoproxy.runtimes import listeners as listener_routes
 from undoproxy.runtimes.listeners import SessionListeners
@@ -70,6 +74,7 @@ class Running:
     token_generated: bool
     guard: FailClosed
     background: list[Any] = field(default_factory=list)
+    periodic: list[asyncio.Task[None]] = field(default_factory=list)  # cancelled at stop
 
 
 def admin_token(config: Config) -> tuple[str, bool]:
@@ -109,6 +114,9 @@ async def start(config: Config) -> Running:
         listen_port=config.proxy_listen[1],
         confdir=str(config.state_dir),
         ssl_insecure=config.upstream_insecure,
+        # Never relay bytes as raw TCP (a non-WebSocket 101 closes the connection instead);
+        # ProtocolPolicy refuses every other non-HTTP stream: see proxy/layers.py.
+        rawtcp=False,
     )
     master = Master(opts)
     proxy_server = proxyserver.Proxyserver()
@@ -129,23 +137,32 @@ async def start(config: Config) -> Running:
         defaults_compensate=config.defaults_compensate,
         preview=snapshots.preview,
     )
-    # Order matters: each hook runs addon by addon, in this order. Snapshots must follow the
-    # gate (nothing is snapshotted for a denied request) and precede the journal (whose
-    # write-ahead entry includes the snapshot and the prepared compensation). mitmproxy sees
-    # only FailClosed, which runs them in this order and answers the agent if one raises.
+    identity = SessionIdentity(journal, config.proxy_auth, listeners.session_for)
+    gate = Gate(
+        config.rules,
+        config.defaults_mutations,
+        holder=holds,
+        journal=journal,
+        hold_at=config.hold_at,
+        guard=config.guard,
+        auto_compensate=config.defaults_compensate == "auto",
+        signers=config.signing,
+    )
+    sockets = WebSockets(journal, proxy_server, gate.budgets)
+    # Order matters: each hook runs addon by addon, in this order. The session comes first
+    # (whatever is refused is filed in it), then the checks that refuse a request before it
+    # is judged (names, WebSocket upgrades as mutations), then the bodies are decoded for
+    # the gate's rules. Snapshots must follow the gate (nothing is snapshotted for a denied
+    # request) and precede the journal (whose write-ahead entry includes the snapshot and the
+    # prepared compensation). mitmproxy sees only FailClosed, which runs them in this order
+    # and answers the agent if one raises.
     ours: list[Any] = [
-        SessionIdentity(journal, config.proxy_auth, listeners.session_for),
+        identity,
+        OneName(),
+        sockets,
         Streaming(),
-        Gate(
-            config.rules,
-            config.defaults_mutations,
-            holder=holds,
-            journal=journal,
-            hold_at=config.hold_at,
-            guard=config.guard,
-            auto_compensate=config.defaults_compensate == "auto",
-            signers=config.signing,
-        ),
+        Bodies(),
+        gate,
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
         JournalAddon(journal, inflight),
@@ -154,9 +171,11 @@ async def start(config: Config) -> Running:
         core.Core(),
         proxy_server,
         next_layer.NextLayer(),
+        # Right after NextLayer: amends its decision (HTTP only, bounded bodies).
+        ProtocolPolicy(journal_refusals(journal, identity.session_of)),
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
-        guard := FailClosed(ours, journal, inflight),
+        guard := FailClosed(ours, journal, inflight, close_socket=sockets.close),
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held
     # request never even opens a connection to its upstream.
@@ -230,12 +249,22 @@ async def start(config: Config) -> Running:
         guard,
         background=[run_task],
     )
+    if config.retention_after:
+        running.periodic.append(
+            asyncio.get_running_loop().create_task(
+                retention.run_forever(journal, config), name="retention"
+            )
+        )
     return running
 
 
 async def stop(running: Running) -> None:
     """Stop accepting, then flush the journal and close it."""
     running.master.shutdown()
+    for periodic in running.periodic:
+        periodic.cancel()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await periodic
     for task in running.background:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await task

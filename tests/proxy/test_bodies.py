@@ -17,7 +17,7 @@ from tests.support.holding import decide, in_thread, wait_pending
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
-BIG = os.urandom(3 * 1024 * 1024 // 2).hex().encode()  # 3 MiB: over every limit undoproxy has
+BIG = os.urandom(3 * 1024 * 1024 // 2).hex().encode()  # 3 MiB: over what the journal keeps
 
 
 @pytest.fixture(scope="module")

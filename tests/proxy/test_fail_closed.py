@@ -60,17 +60,41 @@ def _agent(app: server.Running, session: str) -> requests.Session:
 
 def _hooks() -> list[tuple[str, str]]:
     """(addon class, hook) for every flow hook an undoproxy addon implements."""
-    from undoproxy.proxy import gate, holds, identity, journaling, snapshots, streaming
+    return [(c.__name__, h) for c in _CHAIN for h in FLOW_HOOKS if h != "error" and hasattr(c, h)]
 
-    classes = [
+
+def _chain() -> list[type]:
+    from undoproxy.proxy import (
+        bodies,
+        gate,
+        holds,
+        identity,
+        journaling,
+        names,
+        snapshots,
+        streaming,
+        websockets,
+    )
+
+    return [
         identity.SessionIdentity,
+        names.OneName,
+        websockets.WebSockets,
         streaming.Streaming,
+        bodies.Bodies,
         gate.Gate,
         holds.Holds,
         snapshots.Snapshots,
         journaling.JournalAddon,
     ]
-    return [(c.__name__, h) for c in classes for h in FLOW_HOOKS if h != "error" and hasattr(c, h)]
+
+
+_CHAIN = _chain()
+
+
+async def test_the_list_of_addons_is_the_chain(running: server.Running) -> None:
+    # So that an addon added to server.py cannot escape the fault injection below.
+    assert [type(a) for a in running.guard.chain] == _CHAIN
 
 
 async def test_every_flow_hook_is_covered() -> None:
@@ -78,6 +102,7 @@ async def test_every_flow_hook_is_covered() -> None:
     names = {f"{a}.{h}" for a, h in _hooks()}
     assert {"SessionIdentity.http_connect", "Gate.request", "JournalAddon.request"} <= names
     assert {"Snapshots.response", "Streaming.responseheaders", "JournalAddon.response"} <= names
+    assert {"OneName.requestheaders", "WebSockets.requestheaders", "Bodies.request"} <= names
 
 
 @pytest.mark.parametrize(("addon_name", "hook"), _hooks())
@@ -263,3 +288,51 @@ async def test_a_fault_after_forwarding_does_not_leave_the_mutation_counted_in_f
     assert answer.status_code == 502
     assert running.context.inflight is not None
     assert running.context.inflight.pending("inflight") == 0
+
+
+async def test_a_fault_on_a_websocket_message_drops_it_and_closes_the_socket(
+    running: server.Running, upstream_cert: tuple[Path, Path]
+) -> None:
+    from aiohttp import WSMsgType, web
+
+    from tests.support.certs import server_context
+
+    got: list[str] = []
+
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for msg in ws:
+            got.append(msg.data)
+            await ws.send_str(msg.data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", echo)
+    upstream = ThreadedServer(app, server_context(upstream_cert)).start()
+    sockets = next(a for a in running.guard.chain if type(a).__name__ == "WebSockets")
+
+    def boom(*args: Any) -> None:
+        raise RuntimeError("injected fault")
+
+    import ssl
+
+    import aiohttp
+
+    ctx = ssl.create_default_context(cafile=str(running.context.ca_bundle))
+    proxy = f"http://fc-ws:x@127.0.0.1:{running.proxy_address[1]}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(
+                f"{upstream.base_url.replace('https', 'wss')}/ws", proxy=proxy, ssl=ctx
+            )
+            await ws.send_str("first")
+            assert (await asyncio.wait_for(ws.receive(), 10)).data == "first"
+            sockets.websocket_message = boom
+            await ws.send_str("second")
+            closing = await asyncio.wait_for(ws.receive(), 10)
+            assert closing.type in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.ERROR)
+    finally:
+        upstream.stop()
+    assert got == ["first"]
+    assert running.guard.failures == 1

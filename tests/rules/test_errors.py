@@ -387,7 +387,7 @@ ERRORS = [
             action: hold
             timeout: soon
         """,
-        ["config.yaml:4: expected a duration like 300s, 5m or 1h, got 'soon'"],
+        ["config.yaml:4: expected a duration like 300s, 5m, 1h or 30d, got 'soon'"],
     ),
     (
         "zero timeout",

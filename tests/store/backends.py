@@ -22,7 +22,7 @@ import asyncpg
 from tests.support.postgres import Cluster
 from undoproxy.credentials import CredentialBox
 from undoproxy.events import EventBus
-from undoproxy.store import chain, chain_verify, schema
+from undoproxy.store import chain, chain_verify, chainscan, schema
 from undoproxy.store.journal import Journal
 from undoproxy.store.postgres import schema as pg_schema
 from undoproxy.store.postgres.journal import PgJournal
@@ -75,8 +75,9 @@ class StoreUnderTest(Protocol):
         the key could: unkeyed."""
 
     async def before_keys(self) -> None:
-        """Make a journal as an undoproxy from before keyed chains left it: the migrations
-        up to the chain, session s1 with steps st1 and st2, their unkeyed chain."""
+        """Make a journal as an undoproxy from before keyed chains left it: every migration
+        before the keyed chain's (session counts and archives included), session s1 with
+        steps st1 and st2, their unkeyed chain."""
 
     def upsert_step(self, columns: Iterable[str]) -> str:
         """SQL that writes a whole steps row again (`:name` parameters)."""
@@ -105,11 +106,6 @@ _OLD_ROWS: list[tuple[str, tuple[Any, ...]]] = [
         for seq in (1, 2)
     ),
 ]
-
-
-def _old_rows(execute: Any) -> None:
-    for statement, params in _OLD_ROWS:
-        execute(statement, params)
 
 
 class SqliteStore:
@@ -169,7 +165,7 @@ class SqliteStore:
     ) -> chain_verify.Report:
         found = keys if keys is not None else _keys()
         return await asyncio.to_thread(
-            chain_verify.verify, self.path, heads=list(heads), keys=found
+            chainscan.verify_sqlite, self.path, heads=list(heads), keys=found
         )
 
     async def rebuild_chain(self) -> None:
@@ -190,15 +186,22 @@ class SqliteStore:
         db.close()
 
     async def before_keys(self) -> None:
-        old = sqlite3.connect(self.path, isolation_level=None)
-        old.execute("CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
-        for name, sql in schema.MIGRATIONS:
-            if name == chain.KEYED_MIGRATION:
-                break
-            old.executescript(sql)
-            old.execute("INSERT INTO migrations VALUES (?, 0)", (name,))
-        _old_rows(old.execute)
-        old.close()
+        old = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            await old.execute(
+                "CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+            )
+            for name, sql in schema.MIGRATIONS:  # as that undoproxy migrated: SQL, then Python
+                if name == chain.KEYED_MIGRATION:
+                    break
+                await old.executescript(sql)
+                if name in schema.AFTER:
+                    await schema.AFTER[name](old)
+                await old.execute("INSERT INTO migrations VALUES (?, 0)", (name,))
+            for statement, params in _OLD_ROWS:
+                await old.execute(statement, params)
+        finally:
+            await old.close()
         await self.rebuild_chain()
 
     def upsert_step(self, columns: Iterable[str]) -> str:

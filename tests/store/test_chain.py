@@ -14,7 +14,7 @@ from tests.store.backends import StoreUnderTest, _keys
 from tests.store.helpers import a_step, an_approval
 from undoproxy.errors import JournalError
 from undoproxy.lifecycle import Settlement, StepStatus
-from undoproxy.store import approvals, chain, chain_verify, schema
+from undoproxy.store import approvals, chain, chain_verify, chainscan, schema
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Session
 
@@ -133,7 +133,7 @@ async def test_an_sqlite_journal_from_before_the_chain_gets_one_at_migration(
         )
     old.close()
     with pytest.raises(chain_verify.NoChain):
-        chain_verify.verify(path)
+        chainscan.verify_sqlite(path)
 
     journal = await Journal.open(path)
     try:
@@ -149,13 +149,13 @@ async def test_an_sqlite_journal_from_before_the_chain_gets_one_at_migration(
         await journal.settle(step, VERIFIED)  # after the upgrade: chained
     finally:
         await journal.close()
-    report = chain_verify.verify(path, keys=_keys())
+    report = chainscan.verify_sqlite(path, keys=_keys())
     assert (report.problems, report.steps, report.entries) == ([], 2, 5)
     assert (report.keyed_from, report.unkeyed) == (4, 3)
 
     with sqlite3.connect(path) as db:
         db.execute("UPDATE steps SET url='https://b.test/x' WHERE id='st1'")
-    [problem] = chain_verify.verify(path, keys=_keys()).problems
+    [problem] = chainscan.verify_sqlite(path, keys=_keys()).problems
     assert (problem.table, problem.row_id, problem.where) == ("steps", "st1", "session s1, #1")
 
 

@@ -60,6 +60,9 @@ def test_a_killed_writer_process_is_replaced_and_no_write_is_lost(
         assert up.proc is not None
         first = agent.post(f"{tls_upstream.base_url}/items/a", json={"n": 1}, timeout=30)
         assert first.status_code == 200, first.text
+        # Its outcome is a batched write, sent to the writer as the agent gets its answer: a
+        # kill during that commit would lose it (as documented). Kill between commits.
+        until(lambda: up.steps(session)[0]["status"] == "succeeded", what="the outcome of a")
         (writer,) = until(lambda: writer_pids(up.proc.pid), what="the writer process")
         os.kill(writer, signal.SIGKILL)
         until(lambda: not alive(writer), what="the writer process gone")

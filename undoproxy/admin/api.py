@@ -1,10 +1,13 @@
-"""The JSON API for sessions: create, list, show, commit, export; plus info and the CA."""
+"""The JSON API for sessions: create, list, show, commit, export; plus info and the CA.
+
+Lists come a page at a time (`store.listing`): `?limit=N&cursor=C`, and each answer carries
+the list's `total` and the `next` cursor (null on the last page)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
+from typing import Any
 
 from aiohttp import web
 
@@ -13,6 +16,7 @@ from undoproxy.admin import export
 from undoproxy.admin.context import CONTEXT
 from undoproxy.admin.errors import ApiError, json_body
 from undoproxy.admin.views import session_json, step_json
+from undoproxy.store import listing
 from undoproxy.store.records import SESSION_STATES, Session
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9._~-]{1,128}$")
@@ -95,7 +99,24 @@ async def create_session(request: web.Request) -> web.Response:
     )
 
 
-def _fresh_id(existing: dict[str, Session]) -> str:
+def page_params(request: web.Request, default: int) -> tuple[int, str | None]:
+    """`?limit=` (1 to listing.MAX_PAGE, else `default`) and `?cursor=`; 400 when malformed."""
+    try:
+        limit = listing.page_size(request.query.get("limit"), default)
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", str(exc)) from None
+    return limit, request.query.get("cursor") or None
+
+
+async def paged(read: Any) -> Any:
+    """Await a page read; a cursor this list did not hand out is 400."""
+    try:
+        return await read
+    except listing.BadCursor as exc:
+        raise ApiError(400, "bad_request", f"cursor: {exc}") from None
+
+
+def _fresh_id(existing: Any) -> str:
     from undoproxy.store.records import new_id
 
     while True:
@@ -105,36 +126,61 @@ def _fresh_id(existing: dict[str, Session]) -> str:
 
 
 async def list_sessions(request: web.Request) -> web.Response:
-    """Every session, newest first, optionally of one state."""
+    """Sessions newest first, optionally of one state, a page at a time, with their counts."""
     ctx = request.app[CONTEXT]
     state = request.query.get("state")
     if state is not None and state not in SESSION_STATES:
         raise ApiError(
             400, "bad_request", f"state must be one of {', '.join(SESSION_STATES)}, got {state!r}"
         )
+    limit, cursor = page_params(request, listing.SESSIONS)
     await ctx.journal.writer.flush()
-    counts = await ctx.journal.step_counts()
-    sessions = sorted(ctx.journal.sessions.values(), key=lambda s: s.created_at, reverse=True)
-    return web.json_response(
-        {
-            "sessions": [
-                session_json(s, counts.get(s.id, {}))
-                for s in sessions
-                if state is None or s.state == state
-            ]
-        }
+    page = await paged(listing.sessions(ctx.journal, state=state, limit=limit, cursor=cursor))
+    shown = [listed_json(row) for row in page.items]
+    return web.json_response({"sessions": shown, "total": page.total, "next": page.next})
+
+
+def listed_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A session as a page of `listing.sessions` has it (counts included), for the API."""
+    session = Session(
+        id=row["id"],
+        token="",
+        intent=row["intent"],
+        agent=row["agent"],
+        state=row["state"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        frozen=row["frozen"],
     )
+    return session_json(session, row)
+
+
+ORDERS = ("asc", "desc")
 
 
 async def show_session(request: web.Request) -> web.Response:
-    """A session with every step it made, reads included, in order."""
+    """A session with its steps, reads included, in order (`?order=desc`: newest first), a
+    page at a time: `total` is how many steps it has, `next` the cursor of the next page."""
     ctx = request.app[CONTEXT]
     session = await session_or_404(request)
+    limit, cursor = page_params(request, listing.STEPS)
+    order = request.query.get("order", "asc")
+    if order not in ORDERS:
+        raise ApiError(400, "bad_request", f"order must be asc or desc, got {order!r}")
     await ctx.journal.writer.flush()
-    steps = await ctx.journal.steps(session.id)
-    counts = {"steps": len(steps), "mutations": sum(s.is_mutation for s in steps)}
+    page = await paged(
+        listing.steps(
+            ctx.journal, session.id, limit=limit, cursor=cursor, newest_first=order == "desc"
+        )
+    )
+    counts = (await ctx.journal.step_counts([session.id])).get(session.id, {})
     return web.json_response(
-        {**session_json(session, counts), "steps": [step_json(s) for s in steps]}
+        {
+            **session_json(session, counts),
+            "steps": [step_json(s) for s in page.items],
+            "total": page.total,
+            "next": page.next,
+        }
     )
 
 
@@ -154,20 +200,32 @@ async def commit_session(request: web.Request) -> web.Response:
     return web.json_response(session_json(session))
 
 
+EXPORT_PAGE = 200  # steps read (and held in memory) at a time while an export streams
+
+
 async def export_session(request: web.Request) -> web.StreamResponse:
-    """The session's steps as JSON lines, HAR, CSV or Markdown, secrets redacted."""
+    """The session's steps as JSON lines, HAR, CSV or Markdown, secrets redacted, streamed a
+    page of steps at a time (memory does not grow with the session)."""
     ctx = request.app[CONTEXT]
     session = await session_or_404(request)
     fmt = request.query.get("format", "jsonl")
     if fmt not in export.FORMATS:
         raise ApiError(400, "bad_request", f"format must be one of {', '.join(export.FORMATS)}")
     await ctx.journal.writer.flush()
-    steps = await ctx.journal.steps(session.id)
-    if fmt == "jsonl":
-        text = "".join(json.dumps(step_json(s)) + "\n" for s in steps)
-        return web.Response(text=text, content_type="application/x-ndjson")
-    if fmt == "csv":
-        return web.Response(text=export.csv_text(steps), content_type="text/csv")
-    if fmt == "md":
-        return web.Response(text=export.markdown(session, steps), content_type="text/markdown")
-    return web.json_response(export.har(session, steps))
+    counts = (await ctx.journal.step_counts([session.id])).get(session.id, {})
+    shape = export.streamed(fmt, session, counts.get("steps", 0), counts.get("mutations", 0))
+    response = web.StreamResponse(headers={"Content-Type": f"{shape.content_type}; charset=utf-8"})
+    await response.prepare(request)
+    await response.write(shape.head.encode())
+    cursor: str | None = None
+    first = True
+    while True:
+        page = await listing.steps(ctx.journal, session.id, limit=EXPORT_PAGE, cursor=cursor)
+        await response.write(shape.page(page.items, first).encode())
+        first = False
+        if page.next is None:
+            break
+        cursor = page.next
+    await response.write(shape.tail.encode())
+    await response.write_eof()
+    return response

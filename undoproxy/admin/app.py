@@ -7,6 +7,7 @@ from aiohttp import web
 from undoproxy.admin import (
     api,
     approvals_api,
+    archive_api,
     events_api,
     guardrails_api,
     metrics_api,
@@ -29,6 +30,7 @@ ROUTES: list[web.AbstractRouteDef] = [
     web.get("/api/sessions/{id}/export", api.export_session),
     *guardrails_api.ROUTES,
     *approvals_api.ROUTES,
+    *archive_api.ROUTES,
     *events_api.ROUTES,
     *metrics_api.ROUTES,
     *page.ROUTES,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from undoproxy.admin.api import page_params, paged
 from undoproxy.admin.context import CONTEXT
 from undoproxy.admin.errors import ApiError, json_body
 from undoproxy.approvals.queue import ApprovalError, ApprovalQueue
 from undoproxy.approvals.views import approval_json
+from undoproxy.store import listing
 from undoproxy.store.approvals import APPROVAL_STATES
 
 MAX_NAME = 64
@@ -23,20 +25,30 @@ def queue_of(request: web.Request) -> ApprovalQueue:
 
 
 async def list_approvals(request: web.Request) -> web.Response:
-    """Approvals newest first (`?state=pending` for the queue), with their context."""
+    """Approvals newest first (`?state=pending` for the queue), with their context, a page at
+    a time: `total` is how many there are, `next` the cursor of the next page."""
     state = request.query.get("state")
     if state is not None and state not in APPROVAL_STATES:
         raise ApiError(
             400, "bad_request", f"state must be one of {', '.join(APPROVAL_STATES)}, got {state!r}"
         )
     session_id = request.query.get("session")
-    raw_limit = request.query.get("limit", "200")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
-        raise ApiError(400, "bad_request", "limit must be a number from 1 to 1000")
-    queue = queue_of(request)
-    found = await queue.recent(state=state, session_id=session_id, limit=int(raw_limit))
+    limit, cursor = page_params(request, listing.APPROVALS)
+    queue_of(request)  # 503 when approvals are not enabled
     journal = request.app[CONTEXT].journal
-    return web.json_response({"approvals": [approval_json(a, journal) for a in found]})
+    await journal.writer.flush()
+    page = await paged(
+        listing.approvals(journal, state=state, session_id=session_id, limit=limit, cursor=cursor)
+    )
+    for known in {a.session_id for a in page.items}:  # a closed one's intent and agent
+        await journal.find_session(known)
+    return web.json_response(
+        {
+            "approvals": [approval_json(a, journal) for a in page.items],
+            "total": page.total,
+            "next": page.next,
+        }
+    )
 
 
 async def show_approval(request: web.Request) -> web.Response:

@@ -2,7 +2,9 @@
 CSV (one row per step, for spreadsheets and audit tools) and a Markdown report.
 
 CSV and Markdown are built from the API's step view (`views.step_json`), so they show exactly
-what the API shows, redacted the same way.
+what the API shows, redacted the same way. Each format is written in pieces (`Streamed`: a
+head, the text of each page of steps, a tail), so the API streams an export of any size a
+page at a time; `har`, `csv_text` and `markdown` assemble the pieces for a list in memory.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import datetime
 import html
 import io
 import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -136,13 +140,14 @@ def _as_sent(body: bytes, content_type: str) -> str:
 
 def har(session: Session, steps: list[Step]) -> dict[str, Any]:
     """A HAR 1.2 log of a session."""
+    return {"log": {**_har_log(session), "entries": [_entry(s) for s in steps]}}
+
+
+def _har_log(session: Session) -> dict[str, Any]:
     return {
-        "log": {
-            "version": "1.2",
-            "creator": {"name": "undoproxy", "version": __version__},
-            "comment": f"undoproxy session {session.id} ({session.state})",
-            "entries": [_entry(s) for s in steps],
-        }
+        "version": "1.2",
+        "creator": {"name": "undoproxy", "version": __version__},
+        "comment": f"undoproxy session {session.id} ({session.state})",
     }
 
 
@@ -197,9 +202,18 @@ def _no_formula(value: Any) -> Any:
 
 def csv_text(steps: list[Step]) -> str:
     """One row per step, with a header row (columns: CSV_COLUMNS)."""
+    return _csv_head() + _csv_rows(steps)
+
+
+def _csv_head() -> str:
+    out = io.StringIO()
+    csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\r\n").writeheader()
+    return out.getvalue()
+
+
+def _csv_rows(steps: Iterable[Step]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\r\n")
-    writer.writeheader()
     for step in steps:
         writer.writerow({k: _no_formula(v) for k, v in _row(step).items()})
     return out.getvalue()
@@ -216,8 +230,11 @@ def _cell(value: Any) -> str:
 
 def markdown(session: Session, steps: list[Step]) -> str:
     """A Markdown report: the session, then one table row per step."""
-    rows = [_row(s) for s in steps]
     mutations = sum(1 for s in steps if s.is_mutation)
+    return _markdown_head(session, len(steps), mutations) + _markdown_rows(steps)
+
+
+def _markdown_head(session: Session, steps: int, mutations: int) -> str:
     lines = [
         f"# undoproxy session {_cell(session.id)}",
         "",
@@ -226,11 +243,16 @@ def markdown(session: Session, steps: list[Step]) -> str:
     ]
     if session.intent:
         lines.append(f"- intent: {_cell(redact.text(session.intent))}")
-    lines += [f"- steps: {len(steps)} ({mutations} mutations)", ""]
+    lines += [f"- steps: {steps} ({mutations} mutations)", ""]
     header = ["#", "time", "request", "kind", "rule", "action", "status", "HTTP", "compensation"]
     header += ["intent"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for r in rows:
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_rows(steps: Iterable[Step]) -> str:
+    lines = []
+    for r in (_row(s) for s in steps):
         comp = f"{r['compensation_method']} {r['compensation_url']}".strip()
         comp = comp or r["compensation_kind"]
         if r["compensation_status"]:
@@ -248,4 +270,42 @@ def markdown(session: Session, steps: list[Step]) -> str:
             r["intent"] or "-",
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "".join(line + "\n" for line in lines)
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """An export in pieces: `head`, then `page(steps, first)` for each page of steps in
+    order (`first`: the first page), then `tail`; `content_type` for the answer."""
+
+    content_type: str
+    head: str
+    page: Callable[[list[Step], bool], str]
+    tail: str = ""
+
+
+def streamed(fmt: str, session: Session, steps: int, mutations: int) -> Streamed:
+    """How to write the export of `session` (with `steps` steps, `mutations` of them
+    mutations) in the format `fmt` (one of FORMATS)."""
+    if fmt == "jsonl":
+        return Streamed(
+            "application/x-ndjson",
+            "",
+            lambda page, first: "".join(json.dumps(step_json(s)) + "\n" for s in page),
+        )
+    if fmt == "csv":
+        return Streamed("text/csv", _csv_head(), lambda page, first: _csv_rows(page))
+    if fmt == "md":
+        return Streamed(
+            "text/markdown",
+            _markdown_head(session, steps, mutations),
+            lambda page, first: _markdown_rows(page),
+        )
+    head = json.dumps({"log": {**_har_log(session), "entries": []}})
+    cut = head.rindex("[]") + 1  # the entries go between the brackets
+
+    def entries(page: list[Step], first: bool) -> str:
+        text = ", ".join(json.dumps(_entry(s)) for s in page)
+        return text if first or not text else ", " + text
+
+    return Streamed("application/json", head[:cut], entries, head[cut:])

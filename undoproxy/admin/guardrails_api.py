@@ -127,7 +127,8 @@ async def resolve_step(request: web.Request) -> web.Response:
         step = await journal.step(step_id)
         if step is None:
             raise ApiError(404, "not_found", f"no step {step_id!r}")
-        session = journal.sessions[step.session_id]
+        session = await journal.find_session(step.session_id)
+        assert session is not None  # a step's session row outlives it (foreign key)
         if not step.is_mutation or step.status not in RESOLVABLE:
             what = "a read" if not step.is_mutation else step.status
             raise ApiError(

@@ -28,6 +28,7 @@ from undoproxy.admin.pagesessions import (
     page_session,
 )
 from undoproxy.approvals.queue import ApprovalQueue
+from undoproxy.store.listing import BadCursor
 
 Main = Callable[[], Awaitable[Markup]]
 STATIC_DIR = Path(__file__).parent / "static"
@@ -64,7 +65,16 @@ async def _view(request: web.Request, view: str, title: str, main: Main) -> web.
         )
     if page_session(request) is None:
         return error_response(401, "unauthorized", "signed out: sign in again")
-    return _html(await main())
+    try:
+        return _html(await main())
+    except BadCursor:
+        gone = "That page of the list is not there: start from the first."
+        return _html(el("p", gone, class_="empty"))
+
+
+def _cursor(request: web.Request) -> str | None:
+    """The page of a list asked for (`?cursor=` from one of its pager links)."""
+    return request.query.get("cursor") or None
 
 
 async def queue_page(request: web.Request) -> web.StreamResponse:
@@ -74,7 +84,9 @@ async def queue_page(request: web.Request) -> web.StreamResponse:
         queue = _queue(request)
         if queue is None:
             return el("p", "Approvals are not enabled.", class_="empty")
-        shown, _ = await page_views.queue_main(queue, request.app[CONTEXT].journal)
+        shown, _ = await page_views.queue_main(
+            queue, request.app[CONTEXT].journal, _cursor(request)
+        )
         return shown
 
     return await _view(request, "approvals", "Approvals", main)
@@ -84,7 +96,9 @@ async def sessions_page(request: web.Request) -> web.StreamResponse:
     """`GET /sessions`: every session with its state and counts."""
 
     async def main() -> Markup:
-        return await page_views.sessions_main(request.app[CONTEXT].journal, _queue(request))
+        return await page_views.sessions_main(
+            request.app[CONTEXT].journal, _queue(request), _cursor(request)
+        )
 
     return await _view(request, "sessions", "Sessions", main)
 
@@ -94,7 +108,9 @@ async def timeline_page(request: web.Request) -> web.StreamResponse:
     session_id = request.match_info["id"]
 
     async def main() -> Markup:
-        shown = await page_views.timeline_main(request.app[CONTEXT].journal, session_id)
+        shown = await page_views.timeline_main(
+            request.app[CONTEXT].journal, session_id, _cursor(request)
+        )
         return shown or el("p", f"No session {session_id!r}.", class_="empty")
 
     return await _view(request, "timeline", f"Session {session_id}", main)

@@ -12,12 +12,16 @@ from urllib.parse import quote
 
 from undoproxy.admin.guardrails_api import RESOLVABLE
 from undoproxy.admin.html import Markup, el, escape, join, render
-from undoproxy.admin.views import session_json, step_json
+from undoproxy.admin.views import step_json
 from undoproxy.approvals.queue import ApprovalQueue
 from undoproxy.approvals.views import approval_json
+from undoproxy.store import listing
 from undoproxy.store.journal import Journal
 
 DECIDED_SHOWN = 20
+QUEUE_SHOWN = 200  # pending approvals shown as cards on one page (the count says them all)
+SESSIONS_SHOWN = 100  # sessions on one page of the Sessions view
+TIMELINE_SHOWN = 500  # steps on one page of a timeline (the newest; earlier ones a link away)
 ROLLBACK_STATES = frozenset({"open", "rollback_incomplete"})
 FROZEN = el("span", "frozen", class_="state state-frozen", title="mutations refused")
 _HIDDEN = Markup("hidden")
@@ -182,33 +186,72 @@ def _decided_table(items: list[dict[str, Any]]) -> Markup:
     return el("table", el("thead", head), el("tbody", *rows), class_="grid")
 
 
-async def queue_main(queue: ApprovalQueue, journal: Journal) -> tuple[Markup, int]:
-    """The approvals view (newest first) and how many are pending."""
-    pending = [approval_json(a, journal) for a in await queue.recent(state="pending")]
-    recent = await queue.recent(limit=DECIDED_SHOWN + len(pending))
-    decided = [approval_json(a, journal) for a in recent if a.state != "pending"][:DECIDED_SHOWN]
+async def queue_main(
+    queue: ApprovalQueue, journal: Journal, cursor: str | None = None
+) -> tuple[Markup, int]:
+    """The approvals view (newest first, QUEUE_SHOWN cards a page) and how many are pending."""
+    await journal.writer.flush()
+    page = await listing.approvals(journal, state="pending", limit=QUEUE_SHOWN, cursor=cursor)
+    for known in {a.session_id for a in page.items}:  # a closed one's intent and agent
+        await journal.find_session(known)
+    pending = [approval_json(a, journal) for a in page.items]
+    decided_page = await listing.approvals(journal, state=None, limit=DECIDED_SHOWN + len(pending))
+    decided = [
+        approval_json(a, journal) for a in decided_page.items if a.state != "pending"
+    ][:DECIDED_SHOWN]
     main = render(
         "queue.html",
-        count=len(pending),
-        empty_hidden=_HIDDEN if pending else _SHOWN,
+        count=page.total,
+        empty_hidden=_HIDDEN if page.total else _SHOWN,
         cards=join(approval_card(p) for p in pending),
+        more=_more(
+            len(pending),
+            page.total,
+            "held requests",
+            f"/?cursor={quote(page.next, safe='')}" if page.next else None,
+            cursor is not None,
+            "/",
+        ),
         decided=_decided_table(decided),
     )
-    return main, len(pending)
+    return main, page.total
 
 
-async def sessions_main(journal: Journal, queue: ApprovalQueue | None) -> Markup:
-    """Every session, newest first, with its state and counts."""
+def _more(
+    shown: int, total: int, what: str, older: str | None, deeper: bool, newest: str
+) -> Markup:
+    """The pager under a list: how many of how many are shown, and links to the rest."""
+    if not older and not deeper:
+        return Markup("")
+    links = []
+    if deeper:
+        links.append(el("a", "« newest", href=newest, class_="pager-newest"))
+    if older:
+        links.append(el("a", "older »", href=older, class_="pager-older"))
+    return el(
+        "p",
+        f"{shown:,} of {total:,} {what} on this page ",
+        *links,
+        class_="pager",
+        data_total=str(total),
+    )
+
+
+async def sessions_main(
+    journal: Journal, queue: ApprovalQueue | None, cursor: str | None = None
+) -> Markup:
+    """Sessions newest first, SESSIONS_SHOWN a page, with their state and counts (kept with
+    the steps: the cost does not grow with the journal)."""
+    from undoproxy.admin.api import listed_json
+
     await journal.writer.flush()
-    counts = await journal.step_counts()
+    page = await listing.sessions(journal, limit=SESSIONS_SHOWN, cursor=cursor)
     held: dict[str, int] = {}
     if queue is not None:
-        for approval in await queue.recent(state="pending", limit=1000):
-            held[approval.session_id] = held.get(approval.session_id, 0) + 1
-    sessions = sorted(journal.sessions.values(), key=lambda s: s.created_at, reverse=True)
+        held = await listing.pending_by_session(journal, [row["id"] for row in page.items])
     rows = []
-    for session in sessions:
-        s = session_json(session, counts.get(session.id, {}))
+    for row in page.items:
+        s = listed_json(row)
         rows.append(
             el(
                 "tr",
@@ -227,7 +270,14 @@ async def sessions_main(journal: Journal, queue: ApprovalQueue | None) -> Markup
                 data_session=s["id"],
             )
         )
-    return render("sessions.html", rows=join(rows), empty_hidden=_SHOWN if not rows else _HIDDEN)
+    older = f"/sessions?cursor={quote(page.next, safe='')}" if page.next else None
+    return render(
+        "sessions.html",
+        rows=join(rows),
+        empty_hidden=_SHOWN if not rows else _HIDDEN,
+        total=f"{page.total:,}",
+        more=_more(len(rows), page.total, "sessions", older, cursor is not None, "/sessions"),
+    )
 
 
 def _compensation(comp: dict[str, Any] | None) -> tuple[Markup, Markup]:
@@ -333,13 +383,22 @@ def steps_table(steps: list[dict[str, Any]]) -> Markup:
     return el("table", el("thead", head), el("tbody", *rows), class_="grid steps")
 
 
-async def timeline_main(journal: Journal, session_id: str) -> Markup | None:
-    """A session's timeline, its rollback and freeze buttons (None: no such session)."""
+async def timeline_main(
+    journal: Journal, session_id: str, cursor: str | None = None
+) -> Markup | None:
+    """A session's timeline (its newest TIMELINE_SHOWN steps, in order; earlier ones a link
+    away), its rollback and freeze buttons (None: no such session)."""
     session = await journal.find_session(session_id)  # maybe made on another replica
     if session is None:
         return None
     await journal.writer.flush()
-    steps = [step_json(s) for s in await journal.steps(session_id)]
+    page = await listing.steps(
+        journal, session_id, limit=TIMELINE_SHOWN, cursor=cursor, newest_first=True, exchange=False
+    )
+    steps = [step_json(s) for s in reversed(page.items)]
+    counts = (await journal.step_counts([session_id])).get(session_id, {})
+    path = f"/sessions/{quote(session_id, safe='')}"
+    earlier = f"{path}?cursor={quote(page.next, safe='')}" if page.next else None
     return render(
         "timeline.html",
         id=session.id,
@@ -350,8 +409,9 @@ async def timeline_main(journal: Journal, session_id: str) -> Markup | None:
         freeze_label="Unfreeze" if session.frozen else "Freeze",
         intent=session.intent or "-",
         agent=session.agent or "-",
-        steps=len(steps),
-        mutations=sum(1 for s in steps if s["mutation"]),
+        steps=f"{page.total:,}",
+        mutations=f"{counts.get('mutations', 0):,}",
+        more=_more(len(steps), page.total, "steps", earlier, cursor is not None, path),
         created=when(session.created_at),
         rollback_disabled=_SHOWN if session.state in ROLLBACK_STATES else Markup("disabled"),
         table=steps_table(steps),

@@ -55,13 +55,13 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
     """Roll a session back."""
     ctx = request.app[CONTEXT]
     session_id = request.match_info["id"]
-    if await ctx.journal.find_session(session_id) is None:
+    session = await ctx.journal.find_session(session_id)
+    if session is None:
         raise ApiError(404, "not_found", f"no session {session_id!r}")
     if ctx.rollback is None:
         raise ApiError(503, "unavailable", "rollback is not available in this process")
     flags = _flags(await json_body(request))
     force, dry_run = flags["force"], flags["dry_run"]
-    session = ctx.journal.sessions[session_id]
     if session.state == "committed":
         raise ApiError(
             409, "conflict", f"session {session_id!r} is committed; it cannot be rolled back"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from undoproxy import redact
 from undoproxy.store.records import Session, Step
 
 
-def session_json(session: Session, counts: dict[str, int] | None = None) -> dict[str, Any]:
-    """A session without its token."""
+def session_json(session: Session, counts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A session without its token; with `counts`, its steps, mutations and held steps."""
     out: dict[str, Any] = {
         "id": session.id,
         "intent": session.intent,
@@ -22,6 +23,7 @@ def session_json(session: Session, counts: dict[str, int] | None = None) -> dict
     if counts is not None:
         out["steps"] = counts.get("steps", 0)
         out["mutations"] = counts.get("mutations", 0)
+        out["held"] = counts.get("held", 0)  # steps held for a person, whatever was decided
     return out
 
 

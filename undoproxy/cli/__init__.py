@@ -72,9 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = command("sessions", sessions.cmd_sessions, admin=True)
     p.add_argument("--state", help="only sessions in this state")
+    p.add_argument("--limit", type=positive, metavar="N", help="the newest N only (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = command("show", sessions.cmd_show, admin=True)
     p.add_argument("session", metavar="SESSION")
+    p.add_argument(
+        "--limit",
+        type=positive,
+        default=sessions.SHOWN,
+        metavar="N",
+        help=f"print the newest N steps (default {sessions.SHOWN})",
+    )
+    p.add_argument("--all", action="store_true", help="print every step")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = command("rollback", control.cmd_rollback, admin=True)
     p.add_argument("session", metavar="SESSION")
@@ -118,6 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("id", metavar="ID", help="the approval id (see `undoproxy approvals`)")
         p.add_argument("--reason", metavar="TEXT", help="why (required for critical risk)")
         p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
+    p = command("archive", control.cmd_archive, admin=True)
+    p.add_argument(
+        "--older-than",
+        required=True,
+        metavar="AGE",
+        help="sessions committed or rolled back and idle for longer than this (30d, 12h)",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--to", metavar="PATH", help="a new archive file, or a directory for one")
+    where.add_argument(
+        "--delete", action="store_true", help="remove them without an archive file"
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p = command("verify", server.cmd_verify, config=True)
     p.add_argument(
         "--head",
@@ -132,6 +155,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="an earlier credentials key (a Fernet key file), for entries written before the "
         "key was changed (repeatable; the current one is found as undoproxy run finds it)",
+    )
+    p.add_argument(
+        "--since",
+        metavar="HEAD",
+        help="check only what came after this head (an earlier verify printed it); "
+        "`last`: the head of the last verify that passed",
+    )
+    p.add_argument(
+        "--archive",
+        action="append",
+        metavar="FILE",
+        help="also check an archive file `undoproxy archive` wrote, on its own and against "
+        "the journal (repeatable, oldest first)",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="say how far it is on stderr (default: when stderr is a terminal)",
     )
     p = command("packs", rules.cmd_packs)
     p.add_argument("name", nargs="?", metavar="NAME", help="a pack: list its rules")
@@ -151,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a request header (repeatable)",
     )
     return parser
+
+
+def positive(value: str) -> int:
+    """An argument that must be a whole number of at least 1."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value!r}")
+    return int(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -142,9 +142,10 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def _summary(admin: AdminClient, session_id: str, status: int) -> str:
     """What a session did: requests, mutations, held and irreversible steps."""
-    session = admin.call("GET", f"/api/sessions/{quote(session_id, safe='')}")
-    steps = session["steps"]
-    held = sum(1 for s in steps if s.get("action") == "hold")
+    path = f"/api/sessions/{quote(session_id, safe='')}"
+    session = admin.call("GET", f"{path}?limit=1")
+    steps = list(admin.pages(path, "steps"))  # every page
+    held = session["held"]
     irreversible = sum(
         1
         for s in steps

@@ -20,7 +20,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     """List held requests waiting for a decision (or, with --state, decided ones)."""
     state = args.state or "pending"
     query = "" if state == "all" else f"?state={quote(state)}"
-    approvals = client(args).call("GET", f"/api/approvals{query}")["approvals"]
+    admin = client(args)
+    approvals = list(admin.pages(f"/api/approvals{query}", "approvals"))  # every page
     if args.json:
         out(json.dumps(approvals, indent=2))
         return 0

@@ -1,9 +1,11 @@
-"""Changing a session: `undoproxy rollback`, `commit`, `resolve`, and the kill switch
-(`freeze`, `unfreeze`)."""
+"""Changing a session: `undoproxy rollback`, `commit`, `resolve`, the kill switch
+(`freeze`, `unfreeze`), and retention (`archive`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from typing import Any
 from urllib.parse import quote
 
@@ -118,4 +120,35 @@ def cmd_resolve(args: argparse.Namespace) -> int:
         f"resolved by {shown(step['resolved']['by'])}: {shown(step['resolved']['reason'])}"
     )
     out(f"session {session['id']} is {session['state']}")
+    return 0
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    """Move sessions committed or rolled back and idle for longer than --older-than out of the
+    journal, into an archive file (--to) or nowhere (--delete); the chain records what left,
+    so `undoproxy verify` still passes and still finds tampering."""
+    body: dict[str, Any] = {"older_than": args.older_than, "dry_run": args.dry_run}
+    if args.to:
+        body["to"] = os.path.abspath(args.to)  # the path is read by undoproxy, from its cwd
+    if args.delete:
+        body["delete"] = True
+    done = client(args).call("POST", "/api/archive", body, timeout=3600)
+    if args.json:
+        out(json.dumps(done, indent=2))
+        return 0
+    what = (
+        f"{count(done['sessions'], 'session')} ({count(done['steps'], 'step')}, "
+        f"{count(done['approvals'], 'approval')})"
+    )
+    if done["dry_run"]:
+        out(f"would archive {what}")
+    elif not done["sessions"]:
+        out("nothing to archive")
+    else:
+        where = f"to {done['file']}" if done["file"] else "deleted (no archive file)"
+        out(f"archived {what} {where}")
+        out(
+            f"  chain cut: {done['chain_entries']:,} entries; {done['carried']:,} rows chained "
+            f"again; archive {', '.join(done['archives'])}"
+        )
     return 0

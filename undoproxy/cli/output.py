@@ -23,10 +23,12 @@ as a `\\u` escape.
 
 from __future__ import annotations
 
+import codecs
 import re
 import sys
 import time
 import unicodedata
+from types import TracebackType
 from typing import Final
 
 # Every character that could be unsafe is outside printable ASCII; only those are looked at.
@@ -69,6 +71,36 @@ def out(text: str = "") -> None:
 def err(text: str = "") -> None:
     """A line on stderr, flushed (exec keeps stdout for the command it runs)."""
     print(safe_lines(text), file=sys.stderr, flush=True)
+
+
+class TerminalLines:
+    """A byte sink that prints what it is given as safe lines through `out()` as each line
+    completes (an export streamed to a terminal: nothing but its lines held in memory)."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pending = ""
+
+    def write(self, data: bytes) -> int:
+        """Take the next bytes; print every line they complete."""
+        text = self._pending + self._decoder.decode(data)
+        *lines, self._pending = text.split("\n")
+        for line in lines:
+            out(line)
+        return len(data)
+
+    def __enter__(self) -> TerminalLines:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        rest = self._pending + self._decoder.decode(b"", final=True)
+        if rest:
+            out(rest)
 
 
 def when(ts: float | None) -> str:

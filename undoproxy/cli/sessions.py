@@ -10,13 +10,16 @@ from typing import Any
 from urllib.parse import quote
 
 from undoproxy.cli.options import client
-from undoproxy.cli.output import out, shown, table, when
+from undoproxy.cli.output import TerminalLines, out, shown, table, when
+
+SHOWN = 100  # steps `show` prints unless asked for more (--limit, --all)
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    """List sessions, newest first."""
+    """List sessions, newest first (every one, page after page; --limit N: the newest N)."""
     query = f"?state={quote(args.state)}" if args.state else ""
-    sessions = client(args).call("GET", f"/api/sessions{query}")["sessions"]
+    admin = client(args)
+    sessions = list(admin.pages(f"/api/sessions{query}", "sessions", limit=args.limit))
     if args.json:
         out(json.dumps(sessions, indent=2))
         return 0
@@ -35,7 +38,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         for s in sessions
     ]
     out(table(rows, ["SESSION", "STATE", "STEPS", "MUTATIONS", "CREATED", "INTENT"]))
-    if client(args).call("GET", "/api/info").get("frozen_all"):
+    if len(sessions) < admin.total:
+        out(f"the newest {len(sessions):,} of {admin.total:,} sessions (--limit N for more)")
+    if admin.call("GET", "/api/info").get("frozen_all"):
         out("every session is frozen (the global switch): `undoproxy unfreeze --all`")
     return 0
 
@@ -48,18 +53,38 @@ def _compensation_text(step: dict[str, Any]) -> str:
     return text + (f" [{comp['status']}]" if comp.get("status") else "")
 
 
+def timeline(args: argparse.Namespace) -> dict[str, Any]:
+    """The session with its newest `args.limit` steps (`args.all`: every one), in order,
+    fetched a page at a time; `total` says how many it has."""
+    admin = client(args)
+    path = f"/api/sessions/{quote(args.session, safe='')}"
+    wanted = None if args.all else args.limit
+    session: dict[str, Any] = admin.call("GET", f"{path}?limit=1")  # 404: said plainly
+    newest = list(admin.pages(f"{path}?order=desc", "steps", limit=wanted))
+    session["steps"] = newest[::-1]
+    session["total"] = admin.total
+    session["next"] = None
+    return session
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    """Show a session's timeline: every step, its rule, status and compensation."""
-    session = client(args).call("GET", f"/api/sessions/{quote(args.session, safe='')}")
+    """Show a session's timeline: its newest steps (--limit N, --all for every one), each
+    with its rule, status and compensation."""
+    session = timeline(args)
     if args.json:
         out(json.dumps(session, indent=2))
         return 0
     out(
         f"session {shown(session['id'])}  state: {session['state']}  "
-        f"steps: {len(session['steps'])}  "
+        f"steps: {session['total']}  "
         f"mutations: {session['mutations']}"
         + ("  FROZEN: mutations refused (undoproxy unfreeze)" if session.get("frozen") else "")
     )
+    if len(session["steps"]) < session["total"]:
+        out(
+            f"the newest {len(session['steps']):,} of {session['total']:,} steps "
+            f"(--limit N or --all for more, `undoproxy export` for every one)"
+        )
     if session.get("intent"):
         out(f"intent: {shown(session['intent'])}")
     if not session["steps"]:
@@ -98,14 +123,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Export a session's steps (secrets redacted) as JSON lines, HAR, CSV or Markdown."""
-    text = client(args).call(
-        "GET", f"/api/sessions/{quote(args.session, safe='')}/export?format={args.format}", raw=True
-    )
+    """Export a session's steps (secrets redacted) as JSON lines, HAR, CSV or Markdown,
+    written as it arrives (a session of any size)."""
+    sys.stdout.flush()
+    path = f"/api/sessions/{quote(args.session, safe='')}/export?format={args.format}"
     if sys.stdout.isatty():
         # On a terminal, the same safe lines as every other command; into a file or a pipe,
         # the export exactly as undoproxy wrote it.
-        out(text.removesuffix("\n"))
-    else:
-        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+        with TerminalLines() as lines:
+            client(args).download(path, lines)
+        return 0
+    last = client(args).download(path, sys.stdout.buffer)
+    if last not in (b"", b"\n"):
+        sys.stdout.buffer.write(b"\n")
+    sys.stdout.buffer.flush()
     return 0

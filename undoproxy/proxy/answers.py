@@ -167,3 +167,50 @@ def internal_error(step_id: str, forwarded: bool, upstream_status: int | None) -
     if upstream_status is not None:
         body["upstream_status"] = upstream_status
     return json_response(502, body)
+
+
+def body_too_large(limit: int, size: int, *, announced: bool) -> http.Response:
+    """413: the request body is larger than undoproxy buffers to judge; nothing forwarded and
+    the rest of the body not read (the connection is closed after this answer)."""
+    said = f"announces {size} bytes" if announced else f"went past {limit} bytes"
+    return json_response(
+        413,
+        {
+            "error": "undoproxy_body_too_large",
+            "limit": limit,
+            "message": f"the request body {said}; undoproxy judges bodies of at most {limit} "
+            "bytes, so it was not forwarded",
+        },
+        {"Connection": "close"},
+    )
+
+
+def misdirected(status: int, reason: str, names: dict[str, str]) -> http.Response:
+    """421 `undoproxy_misdirected`: the request names more than one host (URL, Host header,
+    CONNECT target, TLS SNI), so the host rules would judge may not be the one the upstream
+    serves; 400 `undoproxy_bad_host`: one of them is not a host, or Host is sent twice.
+    Nothing is forwarded."""
+    return json_response(
+        status,
+        {
+            "error": "undoproxy_misdirected" if status == 421 else "undoproxy_bad_host",
+            "names": names,
+            "message": f"{reason}; undoproxy forwards a request only when every name it "
+            "carries is the same host",
+        },
+    )
+
+
+def not_http(reason: str) -> bytes:
+    """The raw HTTP/1.1 400 that refuses a connection whose bytes are not HTTP: nothing of it
+    is relayed (written as bytes: there is no HTTP flow to answer on)."""
+    body = json.dumps({"error": "undoproxy_not_http", "message": reason}).encode()
+    head = (
+        "HTTP/1.1 400 Bad Request\r\n"
+        "Content-Type: application/json\r\n"
+        "Cache-Control: no-store\r\n"
+        "X-Undoproxy: 1\r\n"
+        "Connection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body

@@ -112,7 +112,7 @@ class Gate:
         """The action of the first matching rule, or of the defaults."""
         match = None
         if self.rules.rules:
-            state.view = request_view(flow)
+            state.view = request_view(flow, state)
             match = self.rules.match(state.view)
         if match is None:
             if state.is_mutation:

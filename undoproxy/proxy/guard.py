@@ -11,6 +11,9 @@ one raises on a flow, answers the agent itself and stops the chain for that hook
                                             upstream's answer (which did happen: the body says
                                             `"forwarded": true` and the upstream's status)
     error                                   logged; the flow has already failed
+    websocket_start, websocket_message      the message (if any) is dropped and the socket
+                                            closed (`close_socket`): nothing more is relayed
+    websocket_end                           logged
 
 The failure is logged with its traceback and journaled on the flow's step (a new `failed`
 step when there was none yet; `unknown` when the request had been forwarded, so that rollback
@@ -23,7 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mitmproxy import connection, http
@@ -43,7 +46,9 @@ log = logging.getLogger(__name__)
 BEFORE_FORWARDING = ("http_connect", "requestheaders", "request")
 AFTER_FORWARDING = ("responseheaders", "response")
 FLOW_HOOKS = (*BEFORE_FORWARDING, *AFTER_FORWARDING, "error")
+SOCKET_HOOKS = ("websocket_start", "websocket_message", "websocket_end")
 OTHER_HOOKS = ("running", "done", "client_disconnected")
+CloseSocket = Callable[[http.HTTPFlow, str], None]
 
 
 class FailClosed:
@@ -52,7 +57,11 @@ class FailClosed:
     name = "undoproxy"
 
     def __init__(
-        self, chain: Sequence[Any], journal: Journal, inflight: InFlight | None = None
+        self,
+        chain: Sequence[Any],
+        journal: Journal,
+        inflight: InFlight | None = None,
+        close_socket: CloseSocket | None = None,
     ) -> None:
         unknown = {
             f"{type(a).__name__}.{h}"
@@ -65,6 +74,7 @@ class FailClosed:
         self.chain = list(chain)
         self.journal = journal
         self.inflight = inflight
+        self.close_socket = close_socket  # closes a WebSocket's connections (websockets.py)
         self.failures = 0
 
     # --- flow hooks -----------------------------------------------------------------------
@@ -92,6 +102,20 @@ class FailClosed:
     async def error(self, flow: http.HTTPFlow) -> None:
         """The flow failed (upstream unreachable, connection broken)."""
         await self._flow_hook("error", flow)
+
+    # --- WebSocket hooks ------------------------------------------------------------------
+
+    async def websocket_start(self, flow: http.HTTPFlow) -> None:
+        """A WebSocket opened (after the 101)."""
+        await self._socket_hook("websocket_start", flow)
+
+    async def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """A WebSocket message arrived, not yet relayed (`flow.websocket.messages[-1]`)."""
+        await self._socket_hook("websocket_message", flow)
+
+    async def websocket_end(self, flow: http.HTTPFlow) -> None:
+        """A WebSocket closed."""
+        await self._socket_hook("websocket_end", flow)
 
     # --- other hooks ----------------------------------------------------------------------
 
@@ -126,6 +150,41 @@ class FailClosed:
             except Exception as exc:
                 self._failed(hook, addon, flow, exc)
                 return
+
+    async def _socket_hook(self, hook: str, flow: http.HTTPFlow) -> None:
+        for addon in self.chain:
+            func = getattr(addon, hook, None)
+            if func is None:
+                continue
+            try:
+                result = func(flow)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                self._socket_failed(hook, addon, flow, exc)
+                return
+
+    def _socket_failed(self, hook: str, addon: Any, flow: http.HTTPFlow, exc: Exception) -> None:
+        """Fail closed on a socket: drop the message at hand and close the socket."""
+        self.failures += 1
+        where = f"{type(addon).__name__}.{hook}"
+        log.error(
+            "internal error in %s on the WebSocket of %s: %s\n%s",
+            where,
+            redact.url(flow.request.pretty_url),
+            type(exc).__name__,
+            redact.text("".join(traceback.format_exception(exc))).rstrip(),
+        )
+        if hook == "websocket_end":
+            return
+        ws = flow.websocket
+        if hook == "websocket_message" and ws is not None and ws.messages:
+            ws.messages[-1].drop()
+        if self.close_socket is not None:
+            try:
+                self.close_socket(flow, f"undoproxy internal error in {where}")
+            except Exception:
+                log.exception("could not close the WebSocket after an internal error")
 
     async def _each(self, hook: str, *args: Any) -> None:
         for addon in self.chain:
@@ -208,6 +267,7 @@ _FAILED = "undoproxy_failed"  # flow.metadata: the answer of a hook that failed 
 _MITMPROXY_HOOKS = frozenset(
     {
         *FLOW_HOOKS,
+        *SOCKET_HOOKS,
         *OTHER_HOOKS,
         "load",
         "configure",
@@ -218,10 +278,7 @@ _MITMPROXY_HOOKS = frozenset(
         "tls_clienthello",
         "tls_start_client",
         "tls_start_server",
-        "websocket_start",
-        "websocket_message",
-        "websocket_end",
         "update",
     }
 )
-HOOKS = frozenset({*FLOW_HOOKS, *OTHER_HOOKS})
+HOOKS = frozenset({*FLOW_HOOKS, *SOCKET_HOOKS, *OTHER_HOOKS})

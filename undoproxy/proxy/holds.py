@@ -29,6 +29,7 @@ from undoproxy.approvals.grouping import card_context, grouping_key
 from undoproxy.approvals.queue import ApprovalQueue, Decision
 from undoproxy.errors import JournalError
 from undoproxy.proxy import answers
+from undoproxy.proxy.bodies import request_body
 from undoproxy.proxy.state import FlowState
 from undoproxy.proxy.steps import MUTATION_BODY_LIMIT, new_step
 from undoproxy.store import approvals as store
@@ -152,9 +153,12 @@ class Holds:
         """What the page shows with the approval: body, badges, diff (all redacted)."""
         request = flow.request
         content_type = request.headers.get("Content-Type", "")
-        raw = request.get_content(strict=False) or b""
+        decoded = request_body(flow, state)
+        raw = decoded.body
         parsed: Any = None
-        if raw and len(raw) <= MUTATION_BODY_LIMIT:
+        if decoded.problem is not None:
+            shown = f"<{len(raw)} bytes as sent: {redact.text(decoded.problem)}>"
+        elif raw and len(raw) <= MUTATION_BODY_LIMIT:
             try:
                 parsed = json.loads(raw)
             except (ValueError, RecursionError):

@@ -85,7 +85,7 @@ class SessionIdentity:
         sockname = client.sockname
         return self.session_for_port(sockname[1]) if sockname else None
 
-    def _check(self, header: str | None) -> tuple[str | None, str]:
+    async def _check(self, header: str | None) -> tuple[str | None, str]:
         """(session id, "") when accepted, else (None, why)."""
         try:
             creds = parse_basic(header)
@@ -99,7 +99,10 @@ class SessionIdentity:
         if not _valid_id(session_id):
             return None, "invalid session id in the proxy credentials"
         if self.auth == "token":
-            session = self.journal.sessions.get(session_id)
+            # In memory when open; a closed one (reads still pass) is read from the journal.
+            session = self.journal.sessions.get(session_id) or await self.journal.find_session(
+                session_id
+            )
             # Bytes: compare_digest refuses str with non-ASCII characters.
             if session is None or not hmac.compare_digest(
                 session.token.encode(), token.encode("utf-8", "surrogatepass")
@@ -107,7 +110,7 @@ class SessionIdentity:
                 return None, f"unknown session or wrong token for session {session_id!r}"
         return session_id, ""
 
-    def _refusal_on_port(
+    async def _refusal_on_port(
         self, own: str, credentials: str | None, named: str | None, *, in_tunnel: bool = False
     ) -> http.Response | None:
         """Why a request on session `own`'s port is refused (its answer), or None.
@@ -130,12 +133,17 @@ class SessionIdentity:
                     f"proxy credentials of session {own!r} required on its own port "
                     "(auth: token): use http://SESSION:TOKEN@host:port"
                 )
-            session_id, why = self._check(credentials)
+            session_id, why = await self._check(credentials)
             if session_id is None:
                 return answers.proxy_auth_required(why)
         return None
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
+    def session_of(self, client: connection.Client) -> str:
+        """The session a connection's traffic belongs to as far as the connection tells (its
+        port, its tunnel's credentials), else `default`."""
+        return self._tunnels.get(client.id) or self._port_session(client) or "default"
+
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
         """Remember the tunnel's session (or refuse the tunnel with 407, or 403 on a session's
         own port when it names another session, or 400 when its head is malformed)."""
         why = malformed_head(flow.request)
@@ -145,7 +153,7 @@ class SessionIdentity:
         own = self._port_session(flow.client_conn)
         if own is not None:
             headers = flow.request.headers
-            refusal = self._refusal_on_port(
+            refusal = await self._refusal_on_port(
                 own, headers.get("Proxy-Authorization"), headers.get(SESSION_HEADER)
             )
             if refusal is not None:
@@ -156,13 +164,13 @@ class SessionIdentity:
         header = flow.request.headers.get("Proxy-Authorization")
         if header is None and self.auth != "token":
             return  # requests inside may still name a session by header
-        session_id, why = self._check(header)
+        session_id, why = await self._check(header)
         if session_id is None:
             flow.response = answers.proxy_auth_required(why)
             return
         self._tunnels[flow.client_conn.id] = session_id
 
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
         """Attribute the request to its session and strip the identifying headers."""
         if flow.response is not None:
             return
@@ -175,7 +183,7 @@ class SessionIdentity:
         own = self._port_session(flow.client_conn)
         if own is not None:
             # Inside a tunnel its CONNECT was checked; each request may still name a session.
-            refusal = self._refusal_on_port(
+            refusal = await self._refusal_on_port(
                 own,
                 headers.get("Proxy-Authorization"),
                 headers.get(SESSION_HEADER),
@@ -189,7 +197,7 @@ class SessionIdentity:
             plain = headers.get("Proxy-Authorization")
             named = headers.get(SESSION_HEADER, "").strip()
             if plain is not None or self.auth == "token":
-                session_id, why = self._check(plain)
+                session_id, why = await self._check(plain)
                 if session_id is None:
                     self._refuse(flow, answers.proxy_auth_required(why))
                     return
@@ -201,7 +209,9 @@ class SessionIdentity:
         intent = redact.text(headers.get(INTENT_HEADER, "").strip()[:MAX_INTENT]) or None
         _strip(headers)
         if session_id not in self.journal.sessions:
-            self.journal.ensure_session(session_id)
+            # Closed sessions are not kept in memory: read it back (its state decides what a
+            # mutation gets), or create it on first use.
+            await self.journal.admit(session_id)
         flow.metadata[KEY] = FlowState(session_id, is_mutation(flow.request.method), intent=intent)
 
     def request(self, flow: http.HTTPFlow) -> None:

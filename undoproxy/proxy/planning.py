@@ -8,19 +8,28 @@ from mitmproxy import http
 from undoproxy.compensators.model import Plan
 from undoproxy.compensators.plan import correction_of, plan_for
 from undoproxy.credentials import signature_scheme
+from undoproxy.proxy.bodies import request_body
 from undoproxy.proxy.state import FlowState
 from undoproxy.rules import RequestView
 from undoproxy.signing import Signers, missing_key_reason
 
+WEBSOCKET_REASON = (
+    "a WebSocket: what is sent on it cannot be unsent (each message is journaled as a step "
+    "of its own)"
+)
 
-def request_view(flow: http.HTTPFlow) -> RequestView:
-    """The plain-data view of a flow's request that the rules engine matches."""
+
+def request_view(flow: http.HTTPFlow, state: FlowState | None = None) -> RequestView:
+    """The plain-data view of a flow's request that the rules engine matches: its body as the
+    upstream will read it (content codings decoded), or why that is unknown."""
     request = flow.request
+    body = request_body(flow, state)
     return RequestView.from_parts(
         request.method,
         request.url,
         request.headers.items(multi=True),
-        request.get_content(strict=False) or b"",
+        body.body,
+        body.problem,
     )
 
 
@@ -32,8 +41,10 @@ def plan_of(
     A signed request gets one only when `signing:` gives undoproxy a key for its host: the
     agent's signature cannot be replayed, undoproxy signs its own requests with that key.
     """
-    view = state.view or request_view(flow)
+    view = state.view or request_view(flow, state)
     state.view = view
+    if state.websocket:
+        return Plan("irreversible", reason=WEBSOCKET_REASON)
     items = list(flow.request.headers.items(multi=True))
     signed = signature_scheme(items)
     if signed is not None and (signers is None or signers.for_url(flow.request.url) is None):

@@ -39,6 +39,7 @@ from undoproxy.compensators.record import nothing
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
 from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
+from undoproxy.proxy.bodies import readable, request_body, response_body
 from undoproxy.proxy.planning import plan_of
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import new_step
@@ -251,7 +252,7 @@ class Snapshots:
             flow.request.method,
             flow.request.url,
             dict(state.captures),
-            flow.request.get_content(strict=False) or b"",
+            request_body(flow, state).body,
             snapshot,
             snapshots=snapshots,
             request_headers={k.lower(): v for k, v in items if not redact.is_secret_name(k)},
@@ -339,9 +340,7 @@ class Snapshots:
         plan, facts = state.plan
         facts.response_status = flow.response.status_code
         facts.response_headers = dict(flow.response.headers.items())
-        facts.response_body = (
-            None if flow.response.stream else (flow.response.get_content(strict=False) or b"")
-        )
+        facts.response_body = readable(response_body(flow, state))
         comp = complete(plan, state.pending_fields["compensation"], facts)
         state.outcome_fields["compensation"] = comp
         if comp.get("ready") and not state.sealed_urls.issuperset(urls_in(comp)):

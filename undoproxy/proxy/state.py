@@ -8,6 +8,7 @@ from typing import Any
 
 from mitmproxy import http
 
+from undoproxy.codings import Decoded
 from undoproxy.store.records import Step
 
 KEY = "undoproxy"
@@ -32,6 +33,9 @@ class FlowState:
     answered: bool = False  # undoproxy answered the agent itself (403, 407, 503, 502)
     journaled: bool = True  # False for a 407: no session, nothing to attribute
     view: Any = None  # the rules engine's RequestView, once built
+    request_body: Decoded | None = None  # the body as judged (proxy/bodies.py), once decoded
+    response_body: Decoded | None = None  # the same for a buffered response
+    websocket: bool = False  # a WebSocket upgrade (proxy/websockets.py)
     plan: Any = None  # the compensation plan (compensators), when there is one
     pending_fields: dict[str, Any] = field(default_factory=dict)  # written ahead with the step
     limits: list[Any] = field(default_factory=list)  # budgets a shared journal fences it on

@@ -10,6 +10,7 @@ from typing import Any
 from mitmproxy import http
 
 from undoproxy import redact
+from undoproxy.proxy.bodies import readable, request_body, response_body
 from undoproxy.proxy.state import FlowState
 from undoproxy.proxy.streaming import StreamTail
 from undoproxy.rules.matcher import graphql_operation
@@ -73,7 +74,7 @@ def record_meta(
     if view is not None and not _is_form(content_type):
         body = None if view.json is NOT_JSON else view.json  # parsed once, shared with the rules
     else:
-        body = request_fields(request.get_content(strict=False) or b"", content_type)
+        body = request_fields(readable(request_body(flow, state)) or b"", content_type)
     response = flow.response if with_response else None
     docs: list[Any] = []
     headers: dict[str, str] = {}
@@ -83,7 +84,7 @@ def record_meta(
             docs = response.stream.events()
         elif not response.stream:
             try:
-                docs = [json.loads(response.get_content(strict=False) or b"")]
+                docs = [json.loads(readable(response_body(flow, state)) or b"")]
             except (ValueError, RecursionError):
                 docs = []
     meta = record.evaluate(
@@ -129,7 +130,9 @@ def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
     assert response is not None
     streamed = bool(response.stream)
     body = None if streamed else (response.raw_content or b"")
-    ok = 200 <= response.status_code < 300
+    # 101 to a WebSocket upgrade is its success: the socket is open (proxy/websockets.py).
+    opened = response.status_code == 101 and flow.websocket is not None
+    ok = 200 <= response.status_code < 300 or opened
     refused = _refused_in_body(flow, state) if ok and not streamed else None
     error = "response streamed to the agent; body not journaled" if streamed else refused
     return {
@@ -150,7 +153,7 @@ def _refused_in_body(flow: http.HTTPFlow, state: FlowState) -> str | None:
     if rule is None or not rule.fails_when or flow.response is None:
         return None
     try:
-        doc = json.loads(flow.response.get_content(strict=False) or b"")
+        doc = json.loads(readable(response_body(flow, state)) or b"")
     except (ValueError, RecursionError):
         return None
     if not all(c.holds(doc, True) for c in rule.fails_when):
@@ -158,3 +161,73 @@ def _refused_in_body(flow: http.HTTPFlow, state: FlowState) -> str | None:
     said = doc.get("error") if isinstance(doc, dict) else None
     detail = f": {redact.text(str(said))[:200]}" if said else ""
     return f"the API refused it in a 2xx answer ({rule.name} fails_when){detail}"
+
+
+WEBSOCKET_METHOD = "WEBSOCKET"  # the method shown for a WebSocket message's step
+UNSENDABLE = "a WebSocket message cannot be unsent"
+
+
+def message_step(
+    flow: http.HTTPFlow, state: FlowState, journal: Journal, message: Any, status: str
+) -> Step:
+    """The step of one WebSocket message (`message`: mitmproxy's WebSocketMessage), not yet
+    written: sent by the agent, a mutation with an irreversible compensation record (so that
+    rollback reports it `irreversible`); received, a read. Its bytes go where a request's or
+    a response's body would, capped as theirs are."""
+    content: bytes = message.content
+    sent = bool(message.from_client)
+    limit = MUTATION_BODY_LIMIT if sent else READ_BODY_LIMIT
+    kept = content[:limit] if content else None
+    rule = state.rule
+    upgrade = state.step.id if state.step is not None else None
+    return Step(
+        id=new_id("st"),
+        session_id=state.session_id,
+        seq=journal.next_seq(state.session_id),
+        method=WEBSOCKET_METHOD,
+        url=flow.request.url,
+        is_mutation=sent,
+        status=status,
+        rule=rule.name if rule is not None else None,
+        risk=rule.risk if rule is not None else None,
+        action=state.action,
+        request_body=kept if sent else None,
+        request_body_len=len(content) if sent else 0,
+        request_body_sha256=hashlib.sha256(content).hexdigest() if sent else None,
+        # A received message is shown as the body of the socket's answer (the 101).
+        response_status=None if sent else 101,
+        response_body=None if sent else kept,
+        response_body_len=None if sent else len(content),
+        intent=state.intent,
+        meta={
+            "websocket": {
+                "direction": "sent" if sent else "received",
+                "type": "text" if message.is_text else "binary",
+                "size": len(content),
+                "sha256": hashlib.sha256(content).hexdigest(),
+                "upgrade_step": upgrade,
+            }
+        },
+        compensation={"kind": "irreversible", "ready": False, "reason": UNSENDABLE}
+        if sent
+        else None,
+    )
+
+
+def refused_connection_step(
+    journal: Journal, session_id: str, url: str, reason: str, response_status: int = 400
+) -> Step:
+    """The step that records a connection undoproxy refused before any HTTP request was read
+    (its bytes were not HTTP: proxy/layers.py), not yet written."""
+    return Step(
+        id=new_id("st"),
+        session_id=session_id,
+        seq=journal.next_seq(session_id),
+        method="CONNECT",
+        url=url,
+        is_mutation=True,  # what the bytes would have done is unknown: counted as a write
+        status="denied",
+        action="deny",
+        response_status=response_status,
+        error=reason,
+    )

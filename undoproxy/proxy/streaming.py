@@ -1,27 +1,30 @@
 """Which bodies flow through live and which are buffered.
 
 Mutations are never streamed upstream: a streamed request body reaches the upstream before the
-`request` hook runs, i.e. before a hold, a snapshot or the write-ahead journal entry. Responses
-that are server-sent events (LLM APIs), NDJSON streams (Ollama) or large are streamed to the
-agent as they arrive. When the matched rule records something from the response (`record:`),
-the stream passes through a `StreamTail` that keeps its first and last bytes (bounded), so the
-final event's usage can be recorded once the stream ends.
+`request` hook runs, i.e. before a hold, a snapshot or the write-ahead journal entry (a request
+body too large to buffer is refused instead: proxy/layers.py). Responses that are server-sent
+events (LLM APIs), NDJSON streams (Ollama) or announced as large are streamed to the agent as
+they arrive (one that turns out large as it arrives, too: proxy/layers.py). When the matched
+rule records something from the response (`record:`), the stream passes through a
+`StreamTail` that keeps its first and last bytes (bounded), so the final event's usage can be
+recorded once the stream ends.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from mitmproxy import http
 
+from undoproxy import codings
+from undoproxy.codings import StreamDecoder, Undecodable
+from undoproxy.limits import STREAM_RESPONSE_OVER
 from undoproxy.methods import is_mutation
 from undoproxy.proxy.state import state_of
 from undoproxy.rules.record import stream_events
 
-STREAM_RESPONSE_OVER = 1024 * 1024  # bytes; bigger responses are not buffered
 STREAMED_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
 KEEP_BYTES = 64 * 1024  # of a stream's head and of its tail, for `record:`
 
@@ -40,7 +43,7 @@ class StreamTail:
         self.tail_size = 0
         self.trimmed = False  # the tail lost its beginning: its first line may be cut
         # The stream function sees the bytes as sent: a compressed stream is decoded here,
-        # in pieces of at most `keep` bytes, so a small chunk cannot inflate into a large one.
+        # in bounded pieces, so a small chunk cannot inflate into a large one.
         self.decode = _decoder(encoding, keep)
 
     def __call__(self, chunk: bytes) -> bytes:
@@ -48,7 +51,7 @@ class StreamTail:
             try:
                 for piece in self.decode(chunk):
                     self._keep(piece)
-            except Exception:  # a corrupt or unknown encoding: stop keeping, pass on
+            except Exception:  # corrupt data or a bomb: stop keeping, pass on
                 self.decode = None
                 self.head.clear()
                 self.tail.clear()
@@ -83,39 +86,14 @@ class StreamTail:
 
 
 def _decoder(encoding: str, limit: int) -> Callable[[bytes], Iterator[bytes]] | None:
-    """A function decoding one chunk of a `Content-Encoding` stream into pieces, or None."""
-    name = encoding.strip().lower()
-    if name in ("", "identity"):
-        return lambda chunk: iter((chunk,))
-    if name in ("gzip", "x-gzip", "deflate"):
-        inflate = zlib.decompressobj(32 + zlib.MAX_WBITS)  # gzip or zlib header, detected
-
-        def gunzip(chunk: bytes) -> Iterator[bytes]:
-            data = chunk
-            while data:
-                yield inflate.decompress(data, limit)
-                data = inflate.unconsumed_tail
-
-        return gunzip
-    if name == "br":
-        import brotli  # type: ignore[import-untyped]  # mitmproxy's own dependency
-
-        unbrotli = brotli.Decompressor()
-
-        def unbr(chunk: bytes) -> Iterator[bytes]:
-            yield unbrotli.process(chunk)
-
-        return unbr
-    if name == "zstd":
-        import zstandard  # mitmproxy's own dependency
-
-        unzstd = zstandard.ZstdDecompressor().decompressobj()
-
-        def unzst(chunk: bytes) -> Iterator[bytes]:
-            yield unzstd.decompress(chunk)
-
-        return unzst
-    return None  # several encodings, or one we do not know: nothing is kept
+    """A function decoding one chunk of a `Content-Encoding` stream into pieces, or None when
+    the encoding is not an HTTP content coding (undoproxy/codings.py: no size limit on a
+    stream passing through, but a bomb's ratio stops it)."""
+    try:
+        decoder = StreamDecoder(codings.parse([encoding]), limit=None, piece=limit)
+    except Undecodable:
+        return None
+    return decoder.feed
 
 
 class Streaming:

@@ -92,7 +92,7 @@ class Rollback:
         progress: Progress | None = None,
     ) -> Report:
         """Compensate the session's mutations in LIFO order; raises RollbackRefused."""
-        session = self.journal.sessions.get(session_id)
+        session = await self.journal.find_session(session_id)
         if session is None:
             raise KeyError(session_id)
         if session.state == "committed":

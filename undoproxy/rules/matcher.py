@@ -36,9 +36,10 @@ class MatchSpec:
     def match_rest(self, req: RequestView, *, restrictive: bool = False) -> dict[str, str] | None:
         """Path captures when path, query, headers and body all match; host is checked apart.
 
-        A JSON body with duplicate keys is ambiguous (which `amount` will the upstream use?):
-        a `restrictive` rule (hold, deny) matches it whatever its body conditions say, any
-        other rule does not, so an ambiguous body can slip past neither kind.
+        An ambiguous body (`RequestView.ambiguous`: duplicate JSON keys, which `amount` will
+        the upstream use?, or a content coding undoproxy could not decode): a `restrictive`
+        rule (hold, deny) matches it whatever its body conditions say, any other rule does
+        not, so an ambiguous body can slip past neither kind.
         """
         if self.path is None:
             captures: dict[str, str] = {}
@@ -55,14 +56,14 @@ class MatchSpec:
                 return None
         if self.body:
             doc = req.json  # parsed here, and only here: most requests never need it
-            if req.duplicate_keys:
+            if req.ambiguous:
                 return captures if restrictive else None
             is_json = doc is not NOT_JSON
             for b in self.body:
                 if not b.holds(doc, is_json):
                     return None
         if self.graphql is not None:
-            if req.duplicate_keys:
+            if req.ambiguous:
                 return captures if restrictive else None
             op = graphql_operation(req)
             if op is None or op.type not in self.graphql:
@@ -90,12 +91,11 @@ class MatchSpec:
             if not h.holds(values):
                 reasons.append(f"header {h.name}: {_values(values)} fails {h.condition.describe()}")
         doc = req.json if self.body else NOT_JSON
-        if self.body and req.duplicate_keys:
+        ambiguous = req.ambiguous if self.body or self.graphql is not None else None
+        if ambiguous:
             if not restrictive:
-                dupes = ", ".join(req.duplicate_keys)
                 reasons.append(
-                    f"body has duplicate keys ({dupes}): an ambiguous body never matches a "
-                    "rule that lets it through"
+                    f"{ambiguous}: an ambiguous body never matches a rule that lets it through"
                 )
             return reasons
         for b in self.body:

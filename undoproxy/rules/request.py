@@ -117,6 +117,7 @@ class RequestView:
         "_json",
         "_query",
         "body",
+        "body_problem",
         "headers",
         "host",
         "method",
@@ -138,6 +139,7 @@ class RequestView:
         headers: dict[str, str],
         body: bytes,
         url: str,
+        body_problem: str | None = None,
     ) -> None:
         self.method = method
         self.scheme = scheme
@@ -148,6 +150,9 @@ class RequestView:
         self.headers = headers
         self.body = body
         self.url = url
+        # Why the body as the upstream will read it is unknown (a content coding that could
+        # not be decoded, a body too large to judge): see `ambiguous`.
+        self.body_problem = body_problem
         self._query: list[tuple[str, str]] | None = None
         self._json: Any = _UNPARSED
         self._duplicates: tuple[str, ...] = ()
@@ -159,8 +164,13 @@ class RequestView:
         url: str,
         headers: Mapping[str, str] | Iterable[tuple[str, str]],
         body: bytes,
+        body_problem: str | None = None,
     ) -> RequestView:
-        """Build a view from an absolute http(s) URL; raises ValueError for anything else."""
+        """Build a view from an absolute http(s) URL; raises ValueError for anything else.
+
+        `body` is the body as the upstream will read it (content codings decoded, see
+        `undoproxy.codings`); `body_problem` says why that is unknown, when it is.
+        """
         parts = urlsplit(url)
         scheme = parts.scheme  # urlsplit lower-cases it
         if scheme not in DEFAULT_PORTS:
@@ -182,6 +192,7 @@ class RequestView:
             headers=folded,
             body=body or b"",
             url=url,
+            body_problem=body_problem,
         )
 
     @property
@@ -195,10 +206,11 @@ class RequestView:
     def json(self) -> Any:
         """The parsed JSON body, or `NOT_JSON` when the body is empty or does not parse.
 
-        Parsed regardless of Content-Type (agents often omit it), and only once.
+        Parsed regardless of Content-Type (agents often omit it), and only once. A body whose
+        `body_problem` is set is not parsed: what it says is unknown.
         """
         if self._json is _UNPARSED:
-            if not self.body.strip():
+            if self.body_problem is not None or not self.body.strip():
                 self._json = NOT_JSON
             else:
                 seen: list[str] = []
@@ -226,6 +238,21 @@ class RequestView:
         """
         _ = self.json
         return self._duplicates
+
+    @property
+    def ambiguous(self) -> str | None:
+        """Why rules cannot know what the body says, or None.
+
+        A body the upstream may read differently than undoproxy can (duplicate JSON keys, a
+        content coding undoproxy could not decode, a body too large to judge) matches every
+        rule that would stop it (hold, deny) and no rule that would let it through, whatever
+        their body conditions say (rules/matcher.py).
+        """
+        if self.body_problem is not None:
+            return self.body_problem
+        if self.duplicate_keys:
+            return f"body has duplicate keys ({', '.join(self.duplicate_keys)})"
+        return None
 
     @property
     def origin(self) -> str:

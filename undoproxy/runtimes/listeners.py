@@ -147,7 +147,7 @@ async def open_listener(request: web.Request) -> web.Response:
     """POST /api/sessions/{id}/listener: the session's own proxy port (opened if needed)."""
     ctx = request.app[CONTEXT]
     session_id = request.match_info["id"]
-    if session_id not in ctx.journal.sessions:
+    if await ctx.journal.find_session(session_id) is None:
         raise ApiError(404, "not_found", f"no session {session_id!r}")
     listeners = request.app[LISTENERS]
 

@@ -27,6 +27,7 @@ from undoproxy.errors import JournalError, UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.lifecycle import Settlement
 from undoproxy.store.records import Session, Step
+from undoproxy.store.sessionindex import SessionIndex
 from undoproxy.store.writer import Params
 
 
@@ -95,7 +96,7 @@ class Store(Protocol):
     """A journal of sessions, steps, approvals and settings (see the module docstring)."""
 
     shared: bool  # other processes share it: state may change elsewhere
-    sessions: dict[str, Session]
+    sessions: SessionIndex  # the open sessions, and the closed ones used lately
     frozen_all: bool
     events: EventBus
 
@@ -114,7 +115,10 @@ class Store(Protocol):
         """The session with this id, created on first use."""
 
     async def find_session(self, session_id: str) -> Session | None:
-        """The session, also when another process created it a moment ago."""
+        """The session: in memory, else read from the journal (closed, or created elsewhere)."""
+
+    async def admit(self, session_id: str) -> Session:
+        """The session a request names: known, else read, else created."""
 
     async def set_session_state(self, session_id: str, state: str) -> Session:
         """Change a session's state (awaited)."""
@@ -165,8 +169,8 @@ class Store(Protocol):
     async def step(self, step_id: str) -> Step | None:
         """One step by id."""
 
-    async def step_counts(self) -> dict[str, dict[str, int]]:
-        """session id -> {"steps": n, "mutations": m}."""
+    async def step_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+        """session id -> {"steps": n, "mutations": m, "held": h} for these sessions."""
 
     async def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """A read-only query, rows as dicts."""

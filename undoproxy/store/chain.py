@@ -1,8 +1,9 @@
-"""The journal's keyed hash chain: every version of every step, session and approval row.
+"""The journal's keyed hash chain: every version of every step, session, approval and archive
+row (`TABLES`; `archives` records what retention removed, `archiving.py`).
 
 `chain` is an append-only table (seq, tbl, row_id, version, prev_hash, hash, key_id,
-row_hash). Each insert or update of a row of `steps`, `sessions` or `approvals` appends one
-entry, in the same transaction: the row's version (1 when inserted, then 2, 3, ...) and
+row_hash). Each insert or update of a row of a chained table appends one entry, in the same
+transaction: the row's version (1 when inserted, then 2, 3, ...) and
 
     row_hash = SHA-256(canonical(table, row as stored after the change))
     hash     = HMAC-SHA256(chain key, prev_hash, table, row_id, row_hash)
@@ -37,14 +38,16 @@ unkeyed head; from then on every entry is keyed, and rewriting the unkeyed part 
 the prev_hash the keying entry authenticates.
 
 How entries are written: the journal writer's connection (and no other) carries TEMP triggers
-AFTER INSERT and AFTER UPDATE on the three tables, which keep the row's NEW values and its
+AFTER INSERT and AFTER UPDATE on the chained tables, which keep the row's NEW values and its
 version for the transaction; the writer hashes the transaction's new entries and appends them
 just before its COMMIT (`install` returns that step). So every change made through the one
 write path — a single row, an executemany batch or a set-based UPDATE (`WHERE
 status='held'`) — gets its entry from the row exactly as committed, in the transaction that
 changed it; a rolled-back batch takes its entries with it. A connection without the triggers
 (the sqlite3 CLI, another program) changes rows without entries, and without the key it
-cannot write one: that is what `verify` (chain_verify.py) detects.
+cannot write one: that is what `verify` detects (chainscan.py streams the journal;
+chain_verify.py checks each entry's key and each row's content, for it, for archive files
+and for archiving before it cuts the chain).
 """
 
 from __future__ import annotations
@@ -61,10 +64,13 @@ from typing import Any, Protocol
 import aiosqlite
 
 GENESIS = "0" * 64
-TABLES = ("sessions", "steps", "approvals")  # what the chain covers, in backfill order
+# What the chain covers, in backfill order; `archives`: what retention removed (archiving.py).
+TABLES = ("sessions", "steps", "approvals", "archives")
 KEY_PURPOSE = b"undoproxy journal chain v1"  # HKDF info of the chain key
 KEYING_TABLE, KEYING_ROW = "chain", "keyed"  # the keying entry (see the module docstring)
-KEYED_MIGRATION = "005_keyed_chain"  # SQLite's; PostgreSQL's is postgres/schema.py's
+# SQLite's (after main's 005_session_counts and 006_archives); PostgreSQL's is
+# postgres/schema.py's.
+KEYED_MIGRATION = "007_keyed_chain"
 
 CREATE = """
 CREATE TABLE chain (
@@ -271,6 +277,8 @@ async def backfill(conn: aiosqlite.Connection) -> None:
         row = await cur.fetchone()
     prev = str(row[0]) if row else GENESIS
     for table in TABLES:
+        if not await _exists(conn, table):  # a later migration creates it
+            continue
         entries = []
         async with conn.execute(f"SELECT * FROM {table} ORDER BY rowid") as cur:
             names = [d[0] for d in cur.description]
@@ -282,3 +290,8 @@ async def backfill(conn: aiosqlite.Connection) -> None:
             "INSERT INTO chain (tbl, row_id, version, prev_hash, hash) VALUES (?, ?, ?, ?, ?)",
             entries,
         )
+
+
+async def _exists(conn: aiosqlite.Connection, table: str) -> bool:
+    async with conn.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)) as cur:
+        return await cur.fetchone() is not None

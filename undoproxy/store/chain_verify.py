@@ -1,41 +1,37 @@
-"""`undoproxy verify`: the journal's keyed hash chain (`chain.py`) checked against its rows.
+"""What every check of the keyed hash chain (`chain.py`) shares: the problems it reports, and
+how one entry's key and one row's content are checked.
 
-Given the chain key (the credentials key's, `chain.keyring`), in one read transaction, so it
-works while undoproxy runs, `check` finds:
-- an entry edited, inserted or appended: a keyed entry whose HMAC does not verify (its
-  prev_hash, table, row id and row_hash are all under it), or an unkeyed entry after the
-  keyed ones began; an entry deleted or moved: a link broken (each entry's prev_hash is the
-  hash of the entry before it), and a row's versions that do not follow each other 1, 2, 3;
-- a row edited: recomputed as stored, it does not match the row_hash of its last entry (an
-  unkeyed last entry: its SHA-256 hash);
-- a row added or deleted: a row with no entry, an entry whose row is gone;
-- a chain that lost its keys: the journal records the migration that keyed it, and no entry
-  is keyed;
-- entries keyed with a key it was not given: they cannot be checked, which is a failure too.
+Three checks walk the chain: `undoproxy verify` of a journal (`chainscan`, streaming, fed
+from SQLite there and from PostgreSQL by `postgres/verify.py`), `verify --archive` of an
+archive file (`archivefile`), and archiving itself before it cuts the chain (`archiving`: it
+refuses to cut a chain that does not verify). Each walks entries in chain order and gives
+each one to a `KeyCheck`, and checks each row against its last entry with `row_matches`:
+- a keyed entry whose HMAC does not verify with its key (its prev_hash, table, row id and
+  row_hash are all under it): edited, inserted or appended by someone without the key;
+- a keyed entry under a key it was not given: it cannot be checked, which is a failure too;
+- an unkeyed entry after the keyed ones began: undoproxy did not write it;
+- a keying entry (`chain.KEYING_TABLE`) that is not one undoproxy writes;
+- a row whose content does not match its last entry: the row_hash of a keyed entry, the
+  SHA-256 hash of an unkeyed one (an entry from before keyed chains).
+What the walks check besides (links, versions, rows added or deleted, a lost tail) is in
+`chainscan`'s docstring; what no check can find, in docs/operations.md ("Verifying the
+journal").
+
 Entries from before keyed chains are checked as they were written (SHA-256, links and the
 rows' content); the keying entry after them authenticates their head, so they cannot be
-rewritten either once it exists. What it cannot find is in chain.py's docstring and
-docs/operations.md ("Verifying the journal"). `check` is the same for every store; `verify`
-feeds it from an SQLite file, `postgres/verify.py` from a PostgreSQL journal.
+rewritten either once it exists. Memory: a `KeyCheck` keeps the ids of the keys it was given
+that it saw and the last unknown one, never one item per entry.
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 from undoproxy.store.chain import (
-    GENESIS,
-    KEYED_MIGRATION,
     KEYING_ROW,
     KEYING_TABLE,
-    TABLES,
     ChainKey,
     canonical,
     entry_hash,
@@ -43,7 +39,13 @@ from undoproxy.store.chain import (
     row_hash,
 )
 
-_NOUN = {"sessions": "session", "steps": "step", "approvals": "approval", KEYING_TABLE: "chain"}
+NOUN = {
+    "sessions": "session",
+    "steps": "step",
+    "approvals": "approval",
+    "archives": "archive",
+    KEYING_TABLE: "chain",
+}
 
 
 @dataclass(frozen=True)
@@ -58,13 +60,15 @@ class Problem:
 
     def __str__(self) -> str:
         where = f" ({self.where})" if self.where else ""
-        return f"{_NOUN.get(self.table, self.table)} {self.row_id}{where}: {self.what}"
+        return f"{NOUN.get(self.table, self.table)} {self.row_id}{where}: {self.what}"
 
 
 @dataclass(frozen=True)
 class Report:
-    """What `verify` saw: how many rows it checked, the chain's head, where its keyed entries
-    begin (None: it has none), and the problems."""
+    """What `verify` saw: how many rows it checked, the chain's head, the problems (the
+    first `chainscan.PROBLEMS_KEPT` by position; `more` counts the others), where the keyed
+    entries begin, the archive cut the chain starts after and the head an incremental verify
+    started from."""
 
     steps: int
     sessions: int
@@ -72,142 +76,68 @@ class Report:
     entries: int
     head: str
     problems: list[Problem]
-    keyed_from: int | None = None  # the seq of the first keyed entry
-    unkeyed: int = 0  # entries before it (all of them when none is keyed)
+    more: int = 0
+    # The seq of the first keyed entry checked (or of the head verified from, when keyed);
+    # None: no entry checked is keyed.
+    keyed_from: int | None = None
+    unkeyed: int = 0  # entries checked before it (all of them when none is keyed)
     key_ids: tuple[str, ...] = ()  # the chain keys its entries name, in order of appearance
+    archive: str | None = None
+    since: str | None = None
 
 
 class NoChain(Exception):
     """The journal has no chain table yet (no undoproxy with migration 004 has opened it)."""
 
 
-def verify(
-    path: Path, *, heads: Iterable[str] = (), keys: Mapping[str, ChainKey] | None = None
-) -> Report:
-    """Check the chain of the journal at `path`, read-only (undoproxy may be running).
+@dataclass
+class KeyCheck:
+    """The keys of the chain's entries, checked one entry at a time in chain order.
 
-    `heads`: hashes an earlier verify printed; the chain must still contain each of them (what
-    came before a recorded head cannot be rewritten without losing it). `keys`: the chain keys
-    by id (`chain.keyring`); a keyed entry under a key not given cannot be checked, and is a
-    problem. Raises sqlite3.Error when the file cannot be read as a journal, NoChain without
-    a chain.
-    """
-    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None)
-    # A text column edited into invalid UTF-8 must be reported, not crash the check.
-    conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
-    try:
-        conn.execute("PRAGMA busy_timeout=5000")
-        conn.execute("BEGIN")  # one snapshot: the rows and the chain as of one commit
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='chain'").fetchone():
-            if _migrated(conn, "004_chain"):
-                raise NoChain(f"{path} had a hash chain, and its chain table was dropped")
-            raise NoChain(f"{path} has no hash chain yet: start undoproxy once to add it")
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(chain)")}
-        keyed = "key_id, row_hash" if {"key_id", "row_hash"} <= columns else "NULL, NULL"
-        report = check(
-            conn.execute(
-                f"SELECT seq, tbl, row_id, version, prev_hash, hash, {keyed} "
-                "FROM chain ORDER BY seq"
-            ),
-            lambda table: _sqlite_rows(conn, table),
-            keys or {},
-            keyed_by_migration=_migrated(conn, KEYED_MIGRATION),
-        )
-        missing = [
-            missing_head(head)
-            for head in heads
-            if not conn.execute("SELECT 1 FROM chain WHERE hash=?", (head,)).fetchone()
-        ]
-        return dataclasses.replace(report, problems=missing + report.problems)
-    finally:
-        conn.close()
+    `keys`: the chain keys by id (`chain.keyring`). `keyed_before`: the walk starts after a
+    keyed entry (an incremental verify from a keyed head), so every entry must be keyed."""
 
+    keys: Mapping[str, ChainKey]
+    keyed_before: bool = False
+    keyed_from: int | None = None
+    unkeyed: int = 0  # entries seen before the first keyed one
+    key_ids: dict[str, None] = field(default_factory=dict)  # seen, in order (ids of `keys`)
+    _unknown: str | None = None  # the key of the last entry under a key not given
 
-def _migrated(conn: sqlite3.Connection, name: str) -> bool:
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='migrations'").fetchone():
-        return False
-    return bool(conn.execute("SELECT 1 FROM migrations WHERE name=?", (name,)).fetchone())
-
-
-def missing_head(head: str) -> Problem:
-    """The problem of a recorded head (`--head`) that the chain no longer contains."""
-    return Problem(
-        (0, 0),
-        "chain",
-        head,
-        "this head, recorded earlier, is no longer in the chain: it was rewritten or cut",
-    )
-
-
-def _sqlite_rows(conn: sqlite3.Connection, table: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    cur = conn.execute(f"SELECT rowid AS _rowid, * FROM {table} ORDER BY rowid")
-    names = [d[0] for d in cur.description][1:]
-    for rowid, *values in cur:
-        yield rowid, dict(zip(names, values, strict=True))
-
-
-# seq, tbl, row_id, version, prev_hash, hash, key_id, row_hash (both None: an unkeyed entry)
-Entry = tuple[int, str, str, int, str, str, str | None, str | None]
-_Last = tuple[int, int, str, str, str | None, str | None]  # seq, version, prev, hash, key, row
-
-
-class _Entries:
-    """The walk over the chain's entries, in order: links, keys and versions."""
-
-    def __init__(self, keys: Mapping[str, ChainKey]) -> None:
-        self.keys = keys
-        self.problems: list[Problem] = []
-        self.breaks: list[int] = []  # chain seqs where a link is broken
-        self.gaps: list[tuple[int, int, Problem]] = []  # a missing version: between these seqs
-        self.last: dict[tuple[str, str], _Last] = {}  # each row's last entry
-        self.keyed_from: int | None = None
-        self.key_ids: dict[str, None] = {}
-        self.unknown_keys: set[str] = set()
-        self.unkeyed = 0  # entries before the first keyed one
-        self.head, self.count, self._before = GENESIS, 0, "the start"
-
-    def see(self, entry: Entry) -> None:
-        """Check one entry (the next in order)."""
-        seq, table, row_id, version, prev_hash, digest, key_id, row_digest = entry
-        self.count += 1
-        if prev_hash != self.head:
-            self.breaks.append(seq)
-            self._problem(
-                seq,
-                table,
-                row_id,
-                f"chain entry {seq} does not follow {self._before} "
-                "(an entry was deleted, inserted, moved or edited)",
-            )
-        self.head, self._before = digest, f"entry {seq} ({_NOUN.get(table, table)} {row_id})"
+    def see(
+        self,
+        seq: int,
+        table: str,
+        row_id: str,
+        prev_hash: str,
+        digest: str,
+        key_id: str | None,
+        row_digest: str | None,
+    ) -> list[str]:
+        """Check the next entry's key; what is wrong with it (each the `what` of a
+        problem of this entry), none when it is in order."""
+        wrong: list[str] = []
         if key_id is None:
-            if self.keyed_from is None:
+            self._unknown = None
+            if self.keyed_from is None and not self.keyed_before:
                 self.unkeyed += 1
             else:
-                self._problem(
-                    seq,
-                    table,
-                    row_id,
-                    f"chain entry {seq} has no key, after keyed entries began at entry "
-                    f"{self.keyed_from}: undoproxy did not write it (or one from before keyed "
-                    "chains did)",
+                began = (
+                    f"at entry {self.keyed_from}"
+                    if self.keyed_from is not None
+                    else "before the head verified from"
+                )
+                wrong.append(
+                    f"chain entry {seq} has no key, after keyed entries began {began}: "
+                    "undoproxy did not write it (or one from before keyed chains did)"
                 )
         else:
-            self._keyed(seq, table, row_id, prev_hash, digest, key_id, row_digest)
-        if table == KEYING_TABLE:
-            if row_id != KEYING_ROW or key_id is None or row_digest != keying_row_hash(key_id):
-                self._problem(seq, table, row_id, f"chain entry {seq} is not undoproxy's")
-            return
-        before = self.last.get((table, row_id))
-        expected = before[1] + 1 if before else 1
-        if version > expected:
-            what = f"version {expected} is missing from the chain (a chain entry was deleted)"
-            gap = Problem((seq, -1), table, row_id, what)
-            self.gaps.append((before[0] if before else 0, seq, gap))
-        elif version < expected:
-            what = f"chain entry {seq} is version {version}, after version {expected - 1}"
-            self._problem(seq, table, row_id, what + " (entries were moved or edited)")
-        self.last[(table, row_id)] = (seq, version, prev_hash, digest, key_id, row_digest)
+            wrong += self._keyed(seq, table, row_id, prev_hash, digest, key_id, row_digest)
+        if table == KEYING_TABLE and (
+            row_id != KEYING_ROW or key_id is None or row_digest != keying_row_hash(key_id)
+        ):
+            wrong.append(f"chain entry {seq} is not undoproxy's")
+        return wrong
 
     def _keyed(
         self,
@@ -218,111 +148,61 @@ class _Entries:
         digest: str,
         key_id: str,
         row_digest: str | None,
-    ) -> None:
+    ) -> list[str]:
         if self.keyed_from is None:
             self.keyed_from = seq
-        self.key_ids.setdefault(key_id)
         key = self.keys.get(key_id)
         if key is None:
-            if key_id not in self.unknown_keys:
-                self.unknown_keys.add(key_id)
-                self._problem(
-                    seq,
-                    table,
-                    row_id,
-                    f"chain entries from {seq} on are keyed with chain key {key_id}, which "
-                    "verify was not given (the credentials key of the undoproxy that wrote "
-                    "them): they cannot be checked",
-                )
-        elif key.entry_hash(prev_hash, table, row_id, row_digest or "") != digest:
-            self._problem(
-                seq,
-                table,
-                row_id,
+            if key_id == self._unknown:
+                return []  # said once for the run of entries under that key
+            self._unknown = key_id
+            return [
+                f"chain entries from {seq} on are keyed with chain key {key_id}, which verify "
+                "was not given (the credentials key of the undoproxy that wrote them): they "
+                "cannot be checked"
+            ]
+        self._unknown = None
+        self.key_ids.setdefault(key_id)
+        if key.entry_hash(prev_hash, table, row_id, row_digest or "") != digest:
+            return [
                 f"chain entry {seq} does not verify with its key: it was edited, or written "
-                "by someone without the key (inserted or appended)",
-            )
+                "by someone without the key (inserted or appended)"
+            ]
+        return []
 
-    def _problem(self, seq: int, table: str, row_id: str, what: str) -> None:
-        self.problems.append(Problem((seq, 0), table, row_id, what))
+    def start_after(self, key_id: str | None, seq: int) -> None:
+        """The walk starts after entry `seq` (the head verified from), keyed with `key_id`
+        (None: unkeyed, so keyed entries may still begin)."""
+        if key_id is not None:
+            self.keyed_before = True
+            self.keyed_from = seq
+            self.key_ids.setdefault(key_id)
 
-    def placed_gaps(self) -> list[Problem]:
-        """Each missing version, placed where the first broken link after the row's previous
-        entry is (that is where the deleted entry sat)."""
-        out = []
-        for after, seq, gap in self.gaps:
-            i = bisect.bisect_left(self.breaks, after + 1)
-            at = self.breaks[i] if i < len(self.breaks) and self.breaks[i] <= seq else seq
-            out.append(dataclasses.replace(gap, position=(at, -1)))
-        return out
-
-
-def check(
-    chain: Iterable[Entry],
-    rows: Callable[[str], Iterable[tuple[int, dict[str, Any]]]],
-    keys: Mapping[str, ChainKey],
-    *,
-    keyed_by_migration: bool = False,
-) -> Report:
-    """Check the chain's entries (in order) against each table's rows, as (position, row)
-    pairs with every column; the same check for every store (see the module docstring).
-    `keyed_by_migration`: the journal records the migration that keyed it, so a chain with
-    entries but none keyed lost them."""
-    walk = _Entries(keys)
-    for entry in chain:
-        walk.see(entry)
-    problems = walk.problems + walk.placed_gaps()
-    if walk.keyed_from is None and walk.count and keyed_by_migration:
+    def keys_lost(self, entries: int, head: str, *, keyed_by_migration: bool) -> Problem | None:
+        """The problem of a chain that has entries, none of them keyed, though the journal
+        records the migration that keyed it (its keyed entries were rewritten without the
+        key); None when that is not so."""
+        if self.keyed_from is not None or not entries or not keyed_by_migration:
+            return None
         what = (
             "no chain entry is keyed, though undoproxy keyed this journal: its keyed entries "
             "were removed or rewritten without the key (or undoproxy stopped between upgrading "
             "the journal and keying it: start it once more)"
         )
-        problems.append(Problem((0, 1), "chain", walk.head, what))
-    counts = {}
-    wheres: dict[tuple[str, str], str] = {}  # where each step is, to name it in any problem
-    for table in TABLES:
-        n = 0
-        for rowid, row in rows(table):
-            n += 1
-            where = f"session {row['session_id']}, #{row['seq']}" if table == "steps" else ""
-            wheres[(table, row["id"])] = where
-            found = walk.last.pop((table, row["id"]), None)
-            if found is None:
-                what = "not in the chain: added to the database outside undoproxy"
-                problems.append(Problem((2**62, rowid), table, row["id"], what, where))
-                continue
-            seq, _, prev_hash, digest, key_id, row_digest = found
-            payload = canonical(table, row.items())
-            if key_id is None:
-                matches = entry_hash(prev_hash, payload) == digest
-            else:
-                matches = row_hash(payload) == row_digest
-            if not matches:
-                what = (
-                    f"its content differs from what undoproxy journaled (chain entry {seq}): "
-                    "the row was edited outside undoproxy"
-                )
-                problems.append(Problem((seq, 1), table, row["id"], what, where))
-        counts[table] = n
-    for (table, row_id), (seq, *_) in walk.last.items():
-        what = f"deleted: the chain has it (entry {seq}), the journal does not"
-        problems.append(Problem((seq, 2), table, row_id, what))
-    problems = sorted(
-        (
-            dataclasses.replace(p, where=p.where or wheres.get((p.table, p.row_id), ""))
-            for p in problems
-        ),
-        key=lambda p: p.position,
-    )
-    return Report(
-        steps=counts["steps"],
-        sessions=counts["sessions"],
-        approvals=counts["approvals"],
-        entries=walk.count,
-        head=walk.head,
-        problems=problems,
-        keyed_from=walk.keyed_from,
-        unkeyed=walk.unkeyed,
-        key_ids=tuple(walk.key_ids),
-    )
+        return Problem((0, 1), KEYING_TABLE, head, what)
+
+
+def row_matches(
+    table: str,
+    row: Iterable[tuple[str, Any]],
+    prev_hash: str,
+    digest: str,
+    key_id: str | None,
+    row_digest: str | None,
+) -> bool:
+    """Whether a row (its columns as stored) is what its last entry says it was: that
+    entry's row_hash when it is keyed, else its SHA-256 hash (from before keyed chains)."""
+    payload = canonical(table, row)
+    if key_id is None:
+        return entry_hash(prev_hash, payload) == digest
+    return row_hash(payload) == row_digest

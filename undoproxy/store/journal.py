@@ -7,8 +7,10 @@ differ on PostgreSQL (opening, reads, locks across processes, events from other 
 Which methods wait for the commit follows the rule in `undoproxy.store`: `write_ahead`,
 `update_now` and `set_session_state` are awaited; `add_session`, `record` and `update` are
 batched. An awaited method changes the in-memory record only as far as the database agrees.
-Sessions are cached in memory because every proxied request needs its session's state.
-`Journal.open` takes the journal's lock (`lock.py`): one undoproxy per journal file.
+Sessions are cached in memory because every proxied request needs its session's state: the
+open ones, and the closed ones used lately (`sessionindex`); any other is read on demand
+(`find_session`, `admit`). `Journal.open` takes the journal's lock (`lock.py`): one undoproxy
+per journal file.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from undoproxy.store.base import Lease, Limit
 from undoproxy.store.chain import ChainKey
 from undoproxy.store.lock import JournalLock
 from undoproxy.store.records import STEP_COLUMNS, Session, Step, at_rest, encode_fields
+from undoproxy.store.sessionindex import CLOSED_STATES, SessionIndex
 from undoproxy.store.sqlite_writer import JournalWriter
 from undoproxy.store.writer import QueuedWriter
 
@@ -84,9 +87,10 @@ class Journal:
         # Seals the bodies a compensation replays (store/bodies.py); undoproxy run passes the
         # installation's key, so that they can be opened after a restart.
         self.box = box or CredentialBox.for_this_process()
-        self.sessions: dict[str, Session] = {}
+        self.path: Path | None = None  # the SQLite file (None: not a file, e.g. PostgreSQL)
+        self._seq: dict[str, int] = {}  # last step number of each session in memory
+        self.sessions = SessionIndex(forgotten=self._forget)
         self.frozen_all = False  # the global kill switch (kept in settings)
-        self._seq: dict[str, int] = {}
 
     @classmethod
     async def open(
@@ -123,6 +127,7 @@ class Journal:
             lock.release()
             raise
         journal._lock = lock
+        journal.path = path
         return journal
 
     async def close(self) -> None:
@@ -136,13 +141,23 @@ class Journal:
                 self._lock.release()
 
     async def _load(self) -> None:
-        for values in await self.query(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions"):
-            self.sessions[values["id"]] = session_of(values)
-        for row in await self.query(
-            "SELECT session_id, max(seq) AS seq FROM steps GROUP BY session_id"
-        ):
-            self._seq[row["session_id"]] = row["seq"]
+        """The sessions that are not closed (closed ones are read when asked for), and the
+        global kill switch."""
+        closed = ", ".join(f"'{state}'" for state in CLOSED_STATES)
+        for values in await self.query(f"{_SELECT_SESSION} WHERE s.state NOT IN ({closed})"):
+            self._remember(values)
         self.frozen_all = await self.setting(FREEZE_ALL) == "1"
+
+    def _remember(self, values: dict[str, Any]) -> Session:
+        """Keep a session read from the journal (a `_SELECT_SESSION` row) in memory."""
+        session = session_of(values)
+        self._seq[session.id] = max(self._seq.get(session.id, 0), int(values["last_seq"] or 0))
+        self.sessions[session.id] = session
+        return session
+
+    def _forget(self, session_id: str) -> None:
+        """A closed session left memory: so does its step number (read again with it)."""
+        self._seq.pop(session_id, None)
 
     # --- what differs when other processes share the journal (see PgJournal) ---------------
 
@@ -173,10 +188,30 @@ class Journal:
         shared journal); this process's own are counted by `InFlight`."""
 
     async def find_session(self, session_id: str) -> Session | None:
-        """The session with this id, also when another process created it a moment ago."""
-        return self.sessions.get(session_id)
+        """The session with this id: in memory, else read from the journal (a closed one,
+        which then stays in memory for a while)."""
+        known = self.sessions.get(session_id)
+        if known is not None:
+            return known
+        rows = await self.query(f"{_SELECT_SESSION} WHERE s.id=?", (session_id,))
+        if not rows:
+            return None
+        known = self.sessions.get(session_id)  # another task may have read it meanwhile
+        return known if known is not None else self._remember(rows[0])
+
+    async def admit(self, session_id: str) -> Session:
+        """The session a request names: in memory, else from the journal, else a new one
+        (created on first use)."""
+        return await self.find_session(session_id) or self.ensure_session(session_id)
 
     # --- sessions -------------------------------------------------------------------------
+
+    async def _known(self, session_id: str) -> Session:
+        """A session that exists (KeyError otherwise), in memory from now on."""
+        session = await self.find_session(session_id)
+        if session is None:
+            raise KeyError(session_id)
+        return session
 
     def add_session(self, session: Session) -> Session:
         """Register a new session (queued for commit before any of its steps)."""
@@ -197,7 +232,7 @@ class Journal:
         The cached state changes at once, so the proxy already sees it (e.g. `rolling_back`
         refuses new mutations) while the commit is awaited; it is put back if the write fails.
         """
-        session = self.sessions[session_id]
+        session = await self._known(session_id)
         before = session.state, session.updated_at
         mine = state, time.time()
         session.state, session.updated_at = mine
@@ -209,12 +244,13 @@ class Journal:
             if (session.state, session.updated_at) == mine:  # nobody changed it meanwhile
                 session.state, session.updated_at = before
             raise
+        self.sessions.place(session)  # closed: it leaves the open ones
         self.events.publish("session", session_summary(session))
         return session
 
     async def set_frozen(self, session_id: str, frozen: bool) -> Session:
         """Freeze or unfreeze a session durably (awaited; JournalError leaves it as it was)."""
-        session = self.sessions[session_id]
+        session = await self._known(session_id)
         before = session.frozen, session.updated_at
         session.frozen, session.updated_at = frozen, time.time()
         try:
@@ -414,12 +450,20 @@ class Journal:
         rows = await self.query("SELECT * FROM steps WHERE id=?", (step_id,))
         return Step.from_row(rows[0], self.box.decrypt) if rows else None
 
-    async def step_counts(self) -> dict[str, dict[str, int]]:
-        """session id -> {"steps": n, "mutations": m}."""
-        sql = "SELECT session_id, count(*) AS n, sum(is_mutation) AS m FROM steps GROUP BY 1"
+    async def step_counts(self, session_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+        """session id -> {"steps": n, "mutations": m, "held": h} for these sessions (kept with
+        the steps, `counts.py`: the cost does not grow with the journal)."""
+        if not session_ids:
+            return {}
+        marks = ", ".join("?" for _ in session_ids)
+        rows = await self.query(
+            "SELECT session_id, steps, mutations, held FROM session_counts "
+            f"WHERE session_id IN ({marks})",
+            tuple(session_ids),
+        )
         return {
-            r["session_id"]: {"steps": r["n"], "mutations": r["m"] or 0}
-            for r in await self.query(sql)
+            r["session_id"]: {"steps": r["steps"], "mutations": r["mutations"], "held": r["held"]}
+            for r in rows
         }
 
     async def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
@@ -459,6 +503,13 @@ async def _recover_writes(writer: QueuedWriter) -> None:
         "UPDATE sessions SET state='rollback_incomplete', updated_at=? WHERE state='rolling_back'",
         (now,),
     )
+
+
+# A session with its last step number (for `next_seq`), as `_remember` takes it.
+_SELECT_SESSION = (
+    f"SELECT {', '.join('s.' + c for c in _SESSION_COLUMNS)}, c.last_seq AS last_seq "
+    "FROM sessions s LEFT JOIN session_counts c ON c.session_id = s.id"
+)
 
 
 def session_of(row: dict[str, Any]) -> Session:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiosqlite
 
-from undoproxy.store import chain
+from undoproxy.store import archives, chain, counts
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -105,13 +105,20 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ),
     # The hash chain (chain.py); the rows a journal already has are chained as they are now.
     ("004_chain", chain.CREATE),
+    # Each session's counts, kept by triggers with its steps (counts.py); filled from the
+    # steps a journal already has.
+    ("005_session_counts", counts.TABLE),
+    # What retention removed, chained (archives.py).
+    ("006_archives", archives.TABLE),
     # Keyed entries (chain.py): the entries before it stay as they were, and the writer keys
-    # the chain when it opens the journal (chain.key_the_chain).
+    # the chain when it opens the journal (chain.key_the_chain). After 005 and 006, which
+    # journals already have.
     (chain.KEYED_MIGRATION, chain.ADD_KEYS),
 )
 # Work a migration does in Python after its SQL, in the same transaction.
 AFTER: dict[str, Callable[[aiosqlite.Connection], Awaitable[None]]] = {
     "004_chain": chain.backfill,
+    "005_session_counts": counts.create_sqlite_triggers,
 }
 
 PRAGMAS = (

@@ -24,7 +24,7 @@ End of stdin (undoproxy closed it, or died) ends the child once its batch is com
 ignores SIGINT and SIGTERM, and runs in a session of its own: Ctrl-C in a terminal stops
 undoproxy, which then commits what it holds through the child before closing it.
 
-Every row a batch inserts into or updates in `steps`, `sessions` or `approvals` appends its
+Every row a batch inserts into or updates in a chained table (`chain.TABLES`) appends its
 keyed hash-chain entry in the same transaction: the connection carries the chain's triggers
 (`chain.install`), and the transaction's entries are hashed just before its COMMIT.
 """
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from undoproxy.store import chain, schema
+from undoproxy.store.writer import MANY
 
 HEADER = struct.Struct(">I")
 Outcome = str | None
@@ -106,6 +107,11 @@ class Batches:
         try:
             i = 0
             while i < len(ops):
+                if ops[i][0] == MANY:  # several statements, one unit (`write_all`)
+                    for sql, params in ops[i][1]:
+                        conn.execute(sql, params)
+                    i += 1
+                    continue
                 j = i + 1
                 while j < len(ops) and ops[j][0] == ops[i][0]:
                     j += 1

@@ -44,6 +44,8 @@ from undoproxy.errors import JournalError
 log = logging.getLogger(__name__)
 Params = Sequence[Any] | Mapping[str, Any]
 BATCH_MAX = 512
+# The `sql` of an op made of several statements (`write_all`), its params the statements.
+MANY = "-- many statements, one unit"
 # How long batched writes may wait for company when nothing awaits them: a mutation's outcome
 # then shares the next write-ahead's commit (one fsync instead of two).
 LINGER = 0.02
@@ -113,6 +115,11 @@ class QueuedWriter:
             raise
         finally:
             timer.cancel()
+
+    async def write_all(self, statements: Sequence[tuple[str, Params]]) -> Any:
+        """Queue several statements as one unit, committed all together or not at all (never
+        split by a retry row by row), and wait for the commit like `write`."""
+        return await self.write(MANY, [(sql, params) for sql, params in statements])
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed (or has failed)."""

@@ -48,7 +48,10 @@
   }
 
   async function partial() {
-    const response = await fetch(`${location.pathname}?partial=1`, { credentials: "omit", headers: auth() });
+    // The page of a long list (its pager's ?cursor=) comes along.
+    const query = new URLSearchParams(location.search);
+    query.set("partial", "1");
+    const response = await fetch(`${location.pathname}?${query}`, { credentials: "omit", headers: auth() });
     if (response.status === 401) {
       signOut("Signed out: sign in again.");
       return null;
@@ -231,8 +234,8 @@
 
   async function updatePendingCount(always) {
     if (view === "approvals" && !always) return; // the queue's own refresh counts its cards
-    const found = await api("GET", "/api/approvals?state=pending&limit=1000");
-    document.getElementById("nav-pending").textContent = String(found.approvals.length);
+    const found = await api("GET", "/api/approvals?state=pending&limit=1");
+    document.getElementById("nav-pending").textContent = String(found.total);
   }
 
   async function refresh() {
@@ -277,10 +280,15 @@
       previous = node;
     }
     document.getElementById("decided").replaceChildren(...fresh.querySelector("#decided").childNodes);
-    const count = String(incoming.length);
+    const pager = document.querySelector(".queue .pager");
+    const nextPager = fresh.querySelector(".queue .pager");
+    if (pager) pager.remove();
+    if (nextPager) queue.after(nextPager);
+    // Every one waiting, also those past this page's cards.
+    const count = fresh.querySelector("#queue")?.dataset.total || String(incoming.length);
     document.getElementById("pending-count").textContent = count;
     document.getElementById("nav-pending").textContent = count;
-    document.getElementById("queue-empty").hidden = incoming.length > 0;
+    document.getElementById("queue-empty").hidden = count !== "0";
     highlight();
   }
 

@@ -239,6 +239,7 @@ class PgJournal(Journal):
             return fresh
         for name in ("token", "intent", "agent", "state", "created_at", "updated_at", "frozen"):
             setattr(known, name, getattr(fresh, name))
+        self.sessions.place(known)  # closed elsewhere: it leaves the open ones
         return known
 
     async def reload_frozen_all(self) -> None:

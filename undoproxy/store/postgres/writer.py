@@ -6,9 +6,10 @@ connection. A write is durable once its transaction has committed (PostgreSQL's
 `synchronous_commit`, on by default, flushes the WAL first).
 
 The keyed hash chain (`undoproxy.store.chain`): PostgreSQL has no Python triggers, so the
-writer appends the entries itself. Every INSERT or UPDATE of `sessions`, `steps` or
-`approvals` runs with `RETURNING *`, and each row it returns — the row exactly as committed,
-whatever the statement (one row or set-based) — gets its entry, computed with the same
+writer appends the entries itself. Every INSERT or UPDATE of a chained table (`sessions`,
+`steps`, `approvals`, `archives`) runs with `RETURNING *`, and each row it returns — the row
+exactly as committed, whatever the statement (one row, set-based, or one of a `write_all`
+unit such as an archive batch's) — gets its entry, computed with the same
 `canonical`, `row_hash` and `ChainKey.entry_hash` as on SQLite, inserted in the same
 transaction. `key_the_chain` appends the keying entry when a replica opens a journal whose
 last entry is unkeyed (one from before keyed chains). Replicas share one chain: before
@@ -33,7 +34,7 @@ from undoproxy.credentials import CredentialBox
 from undoproxy.store import chain
 from undoproxy.store.postgres.schema import CHAIN
 from undoproxy.store.postgres.sql import changed_table, translate
-from undoproxy.store.writer import QueuedWriter, _Op
+from undoproxy.store.writer import MANY, QueuedWriter, _Op
 
 log = logging.getLogger(__name__)
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
@@ -79,35 +80,57 @@ class PgWriter(QueuedWriter):
             self._conn = None
             self._conn = await self._connect()
         conn = self._conn
-        key_id, keyed = self.chain_key.id, self.chain_key.entry_hash
         async with conn.transaction():
-            head: str | None = None
-            entries: list[tuple[str, str, str, str, str, str]] = []
+            chained = _Chained(conn, self.chain_key)
             for op in batch:
-                statement = translate(op.sql)
-                args = statement.args(op.params)
-                table = changed_table(op.sql)
-                if table not in chain.TABLES:
-                    await conn.execute(statement.sql, *args)
-                    op.result = None
-                    continue
-                if head is None:
-                    await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN)
-                    head = await conn.fetchval("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1")
-                    head = head or chain.GENESIS
-                rows = await conn.fetch(statement.sql + " RETURNING *", *args)
-                for row in rows:
-                    digest = chain.row_hash(chain.canonical(table, row.items()))
-                    entry = keyed(head, table, row["id"], digest)
-                    entries.append((table, row["id"], head, entry, key_id, digest))
-                    head = entry
-                op.result = [dict(r) for r in rows]
-            if entries:
-                await conn.executemany(_INSERT_ENTRY, entries)
+                if op.sql == MANY:  # several statements, one unit (`write_all`)
+                    statements: Any = op.params
+                    op.result = [await chained.run(sql, params) for sql, params in statements]
+                else:
+                    op.result = await chained.run(op.sql, op.params)
+            await chained.append()
 
     @staticmethod
     def _database_failed(exc: Exception) -> bool:
         return isinstance(exc, _CONNECTION_ERRORS)
+
+
+class _Chained:
+    """One transaction's statements, each chained row's keyed entry computed as it is
+    returned."""
+
+    def __init__(self, conn: asyncpg.Connection, key: chain.ChainKey) -> None:
+        self.conn = conn
+        self.key = key
+        self.head: str | None = None
+        self.entries: list[tuple[str, str, str, str, str, str]] = []
+
+    async def run(self, sql: str, params: Any) -> list[dict[str, Any]] | None:
+        """Run one statement; the rows it changed when it writes a chained table."""
+        conn = self.conn
+        statement = translate(sql)
+        args = statement.args(params)
+        table = changed_table(sql)
+        if table not in chain.TABLES:
+            await conn.execute(statement.sql, *args)
+            return None
+        if self.head is None:
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN)
+            head = await conn.fetchval("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1")
+            self.head = head or chain.GENESIS
+        rows = await conn.fetch(statement.sql + " RETURNING *", *args)
+        key_id, keyed = self.key.id, self.key.entry_hash
+        for row in rows:
+            digest = chain.row_hash(chain.canonical(table, row.items()))
+            entry = keyed(self.head, table, row["id"], digest)
+            self.entries.append((table, row["id"], self.head, entry, key_id, digest))
+            self.head = entry
+        return [dict(r) for r in rows]
+
+    async def append(self) -> None:
+        """Append the transaction's entries to the chain (before its commit)."""
+        if self.entries:
+            await self.conn.executemany(_INSERT_ENTRY, self.entries)
 
 
 async def key_the_chain(conn: asyncpg.Connection, key: chain.ChainKey) -> None:

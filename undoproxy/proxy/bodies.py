@@ -1,0 +1,91 @@
+"""Bodies as undoproxy judges them: content codings decoded within limits, off the event loop.
+
+Every place that reads what a body says (the rules, `record:`, the approval card, the
+compensators, `fails_when`) reads it through `request_body` / `response_body` here, never
+through mitmproxy's `get_content()`: that one decodes any Python codec a header names,
+without a cap, on the event loop (see undoproxy/codings.py). The `Bodies` addon decodes each
+body once, in a worker thread when it is large and encoded; a body that cannot be decoded is
+kept as sent with its problem, which the rules treat as ambiguous. The journal stores bodies
+as they were sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from mitmproxy import http
+
+from undoproxy import codings
+from undoproxy.codings import Decoded
+from undoproxy.limits import DECODE_IN_THREAD_OVER
+from undoproxy.proxy.state import FlowState, state_of
+
+
+def codings_of(message: http.Message) -> tuple[str, ...]:
+    """The content codings of a request or response, in the order they were applied."""
+    return codings.parse(message.headers.get_all("content-encoding"))
+
+
+async def decode_off_loop(raw: bytes, applied: tuple[str, ...]) -> Decoded:
+    """`codings.decode`, in a worker thread when there is much to decode."""
+    if applied and len(raw) > DECODE_IN_THREAD_OVER:
+        return await asyncio.to_thread(codings.decode, raw, applied)
+    return codings.decode(raw, applied)
+
+
+def request_body(flow: http.HTTPFlow, state: FlowState | None = None) -> Decoded:
+    """The request body as judged: decoded once (by the addon, or here if it did not run)."""
+    state = state or state_of(flow)
+    if state is not None and state.request_body is not None:
+        return state.request_body
+    decoded = codings.decode(flow.request.raw_content or b"", codings_of(flow.request))
+    if state is not None:
+        state.request_body = decoded
+    return decoded
+
+
+def response_body(flow: http.HTTPFlow, state: FlowState | None = None) -> Decoded | None:
+    """The buffered response's body as judged; None when there is none (streamed)."""
+    response = flow.response
+    if response is None or response.stream:
+        return None
+    state = state or state_of(flow)
+    if state is not None and state.response_body is not None:
+        return state.response_body
+    decoded = codings.decode(response.raw_content or b"", codings_of(response))
+    if state is not None:
+        state.response_body = decoded
+    return decoded
+
+
+def readable(decoded: Decoded | None) -> bytes | None:
+    """What a decoded body says, or None when that is unknown (streamed, undecodable)."""
+    if decoded is None or decoded.problem is not None:
+        return None
+    return decoded.body
+
+
+class Bodies:
+    """Decodes each request and buffered response body once, before anything reads it."""
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        """Decode the request body (the gate's rules read it next)."""
+        state = state_of(flow)
+        if state is None or flow.response is not None or state.request_body is not None:
+            return
+        state.request_body = await decode_off_loop(
+            flow.request.raw_content or b"", codings_of(flow.request)
+        )
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        """Decode a large encoded response body in a thread, if something will read it."""
+        state = state_of(flow)
+        response = flow.response
+        if state is None or state.answered or response is None or response.stream:
+            return
+        if state.response_body is not None or not (state.is_mutation or state.rule is not None):
+            return  # a read no rule matched: nothing reads its body (decoded lazily if so)
+        applied = codings_of(response)
+        raw = response.raw_content or b""
+        if applied and len(raw) > DECODE_IN_THREAD_OVER:
+            state.response_body = await decode_off_loop(raw, applied)
