@@ -126,6 +126,7 @@ async def start(config: Config) -> Running:
         UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
         box,
         auto=config.defaults_compensate == "auto",
+        hold_irreversible=config.defaults_mutations == "hold-irreversible",
     )
     approvals = ApprovalQueue(journal, Webhooks(config.approvals_notify))
     inflight = InFlight()  # mutations forwarded and not yet answered: freeze/rollback wait
