@@ -30,10 +30,12 @@ from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconf
 from mitmproxy.master import Master
 
 from undoproxy import cabundle
+from undoproxy.admin import tls_api
 from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.queue import ApprovalQueue
+from undoproxy.client import ADMIN_URL_FILE, listen_url
 from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
@@ -46,6 +48,7 @@ from undoproxy.proxy.identity import SessionIdentity
 from undoproxy.proxy.journaling import JournalAddon
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
+from undoproxy.proxy.tls_failures import TlsFailures
 from undoproxy.rollback import Rollback
 from undoproxy.runtimes import listeners as listener_routes
 from undoproxy.runtimes.listeners import SessionListeners
@@ -54,7 +57,7 @@ from undoproxy.store.journal import Journal
 from undoproxy.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
-TOKEN_FILE = "admin-token"
+TOKEN_FILE = "admin-token"  # undoproxy.client.TOKEN_FILE: where the CLI reads it
 
 
 @dataclass
@@ -133,8 +136,10 @@ async def start(config: Config) -> Running:
     # gate (nothing is snapshotted for a denied request) and precede the journal (whose
     # write-ahead entry includes the snapshot and the prepared compensation). mitmproxy sees
     # only FailClosed, which runs them in this order and answers the agent if one raises.
+    identity = SessionIdentity(journal, config.proxy_auth, listeners.session_for)
+    tls_failures = TlsFailures(identity.session_of)
     ours: list[Any] = [
-        SessionIdentity(journal, config.proxy_auth, listeners.session_for),
+        identity,
         Streaming(),
         Gate(
             config.rules,
@@ -157,6 +162,7 @@ async def start(config: Config) -> Running:
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
         guard := FailClosed(ours, journal, inflight),
+        tls_failures,  # observes failed handshakes only (doctor's evidence): outside the guard
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held
     # request never even opens a connection to its upstream.
@@ -181,8 +187,9 @@ async def start(config: Config) -> Running:
         inflight=inflight,
     )
 
-    app = create_app(context, extra_routes=listener_routes.ROUTES)
+    app = create_app(context, extra_routes=[*listener_routes.ROUTES, *tls_api.ROUTES])
     app[listener_routes.LISTENERS] = listeners
+    app[tls_api.TLS_FAILURES] = tls_failures
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -265,8 +272,25 @@ def banner(config: Config, running: Running) -> str:
     else:
         lines.append(f"  token    kept in {kept} (the CLI reads it from there)")
     cli = cli_command()
+    # The CLI finds this instance (its admin URL and token) through the same config file.
+    if config.source:
+        cli += f" -c {shlex.quote(shown_path(config.source))}"
     lines.append(f'Agents: eval "$({cli} env --session NAME)"   Check: {cli} doctor   Stop: Ctrl-C')
     return "\n".join(lines)
+
+
+def announce(config: Config, running: Running) -> Path:
+    """Write the admin URL into the state dir, where the CLI looks for the running undoproxy."""
+    path = config.state_dir / ADMIN_URL_FILE
+    path.write_text(listen_url(*running.admin_address) + "\n")
+    return path
+
+
+def withdraw(path: Path, running: Running) -> None:
+    """Remove the admin URL `announce` wrote, unless another undoproxy has replaced it since."""
+    with contextlib.suppress(OSError):
+        if path.read_text().strip() == listen_url(*running.admin_address):
+            path.unlink()
 
 
 def cli_command() -> str:
@@ -278,11 +302,17 @@ def cli_command() -> str:
     on_path = shutil.which("undoproxy")
     if on_path and Path(on_path).resolve() == script.resolve():
         return "undoproxy"
+    return shlex.quote(shown_path(script))
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a user pastes it into a shell here: relative below the working directory,
+    else absolute."""
+    absolute = Path(path).absolute()
     try:
-        shown = str(script.absolute().relative_to(Path.cwd()))
+        return str(absolute.relative_to(Path.cwd()))
     except ValueError:
-        shown = str(script.absolute())
-    return shlex.quote(shown)
+        return str(absolute)
 
 
 def _quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -306,6 +336,7 @@ async def serve(config: Config) -> None:
     gc.freeze()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, running.master.shutdown)
+    announced = announce(config, running)
     # Only once a signal stops us cleanly: whoever waits for the banner may stop us at once.
     print(banner(config, running), flush=True)
     try:
@@ -313,5 +344,6 @@ async def serve(config: Config) -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        withdraw(announced, running)
         await stop(running)
         print("undoproxy stopped; journal flushed", flush=True)

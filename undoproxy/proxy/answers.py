@@ -58,8 +58,9 @@ def session_closed(session_id: str, state: str) -> http.Response:
             "error": "undoproxy_session_closed",
             "session": session_id,
             "state": state,
-            "message": f"session {session_id!r} is {state}: it takes no new mutations; "
-            "start a new session",
+            "message": f"session {session_id!r} is {state}: it takes no new mutations (they "
+            "would land outside its rollback or commit); reads still pass",
+            "fix": 'start the agent in a new session: eval "$(undoproxy env --session NEW_NAME)"',
         },
     )
 
@@ -73,8 +74,10 @@ def frozen(session_id: str, scope: str) -> http.Response:
             "error": "undoproxy_frozen",
             "session": session_id,
             "scope": scope,
-            "message": f"{what} frozen: mutations are refused until it is unfrozen; "
-            "reads still pass",
+            "message": f"{what} frozen (the kill switch): mutations are refused until it is "
+            "unfrozen; reads still pass",
+            "fix": "wait for a person to turn the kill switch off: `undoproxy unfreeze "
+            + ("--all`" if scope == "all" else f"{session_id}`"),
         },
         {"X-Undoproxy-Decision": "denied"},
     )

@@ -143,6 +143,10 @@ class SessionIdentity:
             self.journal.ensure_session(session_id)
         flow.metadata[KEY] = FlowState(session_id, is_mutation(flow.request.method), intent=intent)
 
+    def session_of(self, client: connection.Client) -> str | None:
+        """The session of a client's tunnel (or session port), when it named one."""
+        return self._tunnels.get(client.id) or self._port_session(client)
+
     def client_disconnected(self, client: connection.Client) -> None:
         """Forget a closed tunnel."""
         self._tunnels.pop(client.id, None)

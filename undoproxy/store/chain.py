@@ -146,8 +146,7 @@ def install(conn: sqlite3.Connection) -> Callable[[], None]:
             entries.append((table, row_id, version, prev, digest))
             prev = digest
         conn.executemany(
-            "INSERT INTO main.chain (tbl, row_id, version, prev_hash, hash) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO main.chain (tbl, row_id, version, prev_hash, hash) VALUES (?, ?, ?, ?, ?)",
             entries,
         )
         conn.execute("DELETE FROM temp.chain_new")
