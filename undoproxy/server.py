@@ -273,9 +273,10 @@ def banner(config: Config, running: Running) -> str:
         lines.append(f"  token    kept in {kept} (the CLI reads it from there)")
     cli = cli_command()
     # The CLI finds this instance (its admin URL and token) through the same config file.
-    if config.source:
-        cli += f" -c {shlex.quote(shown_path(config.source))}"
-    lines.append(f'Agents: eval "$({cli} env --session NAME)"   Check: {cli} doctor   Stop: Ctrl-C')
+    c = f" -c {shlex.quote(shown_path(config.source))}" if config.source else ""
+    lines.append(
+        f'Agents: eval "$({cli} env{c} --session NAME)"   Check: {cli} doctor{c}   Stop: Ctrl-C'
+    )
     return "\n".join(lines)
 
 

@@ -21,6 +21,21 @@ def json_response(
     )
 
 
+def reason_of(response: http.Response) -> str | None:
+    """`reason (error)` of an answer undoproxy wrote itself (None for any other); not
+    `error: reason`, which the redaction of free text reads as a secret-named field."""
+    if response.headers.get("X-Undoproxy") != "1":
+        return None
+    try:
+        body = json.loads(response.get_content(strict=False) or b"")
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("error"), str):
+        return None
+    words = body.get("reason") or body.get("message")
+    return f"{words} ({body['error']})" if isinstance(words, str) and words else body["error"]
+
+
 def proxy_auth_required(message: str) -> http.Response:
     """407: the session is unknown or its token is wrong (token mode)."""
     return json_response(
