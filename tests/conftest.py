@@ -1,5 +1,13 @@
 """Fixtures: real upstreams on 127.0.0.1 (TLS with a self-signed cert, and plain HTTP) and a
-real `undoproxy run` process in front of them."""
+real `undoproxy run` process in front of them.
+
+Parallel runs (`make test`: pytest-xdist, `-n 2 --dist loadgroup`): every test file is one
+group, so a module's shared `undoproxy run` starts once, on one worker; the files that drive
+Docker (DOCKER_FILES) are one group together, so that two image builds and two Compose
+projects never compete for the 2 cores. Session-scoped fixtures (`proxy`, `pg_cluster`, the
+network namespace) run once per worker, on ports the kernel picks and in per-worker temp dirs.
+A test file that starts `undoproxy run` is marked `slow` (`-m "not slow"`: the pure tests).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +22,24 @@ from tests.support.certs import self_signed, server_context
 from tests.support.ci import skip_or_fail
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
+
+DOCKER_FILES = frozenset(
+    {"tests/test_container.py", "tests/test_deploy_compose.py", "tests/test_deploy_kubernetes.py"}
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group every test by its file (Docker's files together) and mark the slow ones."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group("docker" if path in DOCKER_FILES else path))
+        module = getattr(item, "module", None)
+        if module is not None and (
+            getattr(module, "Undoproxy", None) is Undoproxy or "proxy" in item.fixturenames
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
