@@ -41,7 +41,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/run.py
