@@ -26,7 +26,7 @@ $(RUN_STAMP): pyproject.toml
 	@echo "==> [3/3] installing undoproxy and what it needs to run (pip install -e .)"
 	@$(PIP) install --progress-bar on -e .
 	@rm -f $(VENV)/.installed-* && touch $@
-	@echo "==> installed; starting undoproxy"
+	@echo "==> installed what undoproxy needs to run"
 
 $(TEST_STAMP): $(RUN_STAMP)
 	@echo "==> installing the test tools (pip install -e '.[test]')"
