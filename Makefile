@@ -10,8 +10,8 @@ TEST_STAMP := $(VENV)/.installed-test-$(SUM)
 # pip's own progress stays visible; the version check would only add a line of noise.
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 # Two workers on this project's 2-core machines; each test file stays on one worker
-# (--dist loadgroup: tests/conftest.py groups by file, the Docker files together), so a
-# file's shared `undoproxy run` starts once.
+# (--dist loadfile; tests/conftest.py keeps the Docker files together), so a file's shared
+# `undoproxy run` starts once.
 PYTEST_WORKERS ?= 2
 
 .PHONY: run test lint bench clean
@@ -41,7 +41,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/run.py

@@ -1,10 +1,10 @@
 """Fixtures: real upstreams on 127.0.0.1 (TLS with a self-signed cert, and plain HTTP) and a
 real `undoproxy run` process in front of them.
 
-Parallel runs (`make test`: pytest-xdist, `-n 2 --dist loadgroup`): every test file is one
-group, so a module's shared `undoproxy run` starts once, on one worker; the files that drive
-Docker (DOCKER_FILES) are one group together, so that two image builds and two Compose
-projects never compete for the 2 cores. Session-scoped fixtures (`proxy`, `pg_cluster`, the
+Parallel runs (`make test`: pytest-xdist, `-n 2 --dist loadfile`): every test file runs on
+one worker, so a module's shared `undoproxy run` starts once; the files that drive Docker
+(DOCKER_FILES) are one unit together, so that two image builds and two Compose projects never
+compete for the 2 cores. Session-scoped fixtures (`proxy`, `pg_cluster`, the
 network namespace) run once per worker, on ports the kernel picks and in per-worker temp dirs.
 A test file that starts `undoproxy run` is marked `slow` (`-m "not slow"`: the pure tests).
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,13 +29,26 @@ DOCKER_FILES = frozenset(
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, with the files that drive Docker as one unit (one worker, in turn).
+
+    (Not `--dist loadgroup`: it renames node ids, which pytest 9 no longer lets it do.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileDockerTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "docker" if path in DOCKER_FILES else path
+
+    return ByFileDockerTogether(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group every test by its file (Docker's files together) and mark the slow ones."""
+    """Mark the tests of a file that starts `undoproxy run` slow."""
     for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        if not any(item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group("docker" if path in DOCKER_FILES else path))
         module = getattr(item, "module", None)
         if module is not None and (
             getattr(module, "Undoproxy", None) is Undoproxy or "proxy" in item.fixturenames

@@ -4,6 +4,7 @@ extra on top, each behind its own stamp, and the suite runs on pytest-xdist. Rea
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,8 +27,15 @@ def _dry_run(target: str, tmp_path: Path, *made: str) -> str:
     ).stdout.split()[0]
     for stamp in made:
         (tmp_path / ".venv" / f".installed-{stamp}-{sums}").touch()
+    # Not the settings of a `make test` this may run under (it prints "Entering directory").
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     done = subprocess.run(
-        ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, check=True
+        ["make", "-n", "--no-print-directory", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     return done.stdout
 
@@ -44,7 +52,7 @@ def test_make_test_adds_the_test_extra_and_runs_in_parallel(tmp_path: Path) -> N
     plan = _dry_run("test", tmp_path, "run")
     assert "install --progress-bar on -e ." not in plan.replace("'.[test]'", "")
     assert "-e '.[test]'" in plan
-    assert "pytest -q -n 2 --dist loadgroup" in plan
+    assert "pytest -q -n 2 --dist loadfile" in plan
 
 
 @pytest.mark.parametrize(("target", "made"), [("run", ("run",)), ("test", ("run", "test"))])
