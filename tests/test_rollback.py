@@ -305,3 +305,42 @@ def test_credentials_are_replayed_but_never_shown(
         [[c.decode("latin-1") if isinstance(c, bytes) else c for c in row] for row in rows]
     )
     assert SECRET not in stored  # not even at rest: the credentials column is encrypted
+
+
+def test_a_patch_compensation_is_never_retried_blind(
+    tmp_path_factory: pytest.TempPathFactory,
+    api: ThreadedServer,
+    state: rest.RestState,
+    session_id: str,
+) -> None:
+    # PATCH is not idempotent (RFC 5789): a 503 may have been answered after it applied. It is
+    # sent once; the next rollback reads the target before it sends anything again.
+    rules = [
+        {
+            "name": "rename",
+            "match": {"method": "PATCH", "path": "/items/{id}"},
+            "snapshot": True,
+            "compensate": {
+                "method": "PATCH",
+                "url": "/items/{id}",
+                "body": {"name": "${snapshot.body.name}"},
+            },
+        }
+    ]
+    instance = Undoproxy(tmp_path_factory.mktemp("patch-once"), {"rules": rules}).start()
+    try:
+        with instance.agent(session_id, headers=AUTH) as s:
+            assert s.patch(f"{api.base_url}/items/1", json={"name": "Eve"}).ok
+        state.fail_writes = 1
+        [first] = instance.rollback(session_id)["steps"]
+        assert first["status"] == "failed" and "503" in first["detail"], first
+        assert [m for m, p in state.log if p == "/items/1"].count("PATCH") == 2  # agent + 1
+        [second] = instance.rollback(session_id)["steps"]
+        # read first: not as before, and with no after-image nobody can say it is still as the
+        # agent left it (someone may have changed it since): a person decides
+        assert second["status"] == "failed", second
+        assert "what the step left is unknown" in second["detail"]
+        assert state.items["1"]["name"] == "Eve"
+        assert [m for m, p in state.log if p == "/items/1"].count("PATCH") == 2  # not again
+    finally:
+        instance.stop()

@@ -86,13 +86,15 @@ class CredentialBox:
         return self._fernet.encrypt(json.dumps(payload).encode())
 
     def open(self, sealed: bytes | None) -> Credentials:
-        """What was sealed; empty when nothing was kept or the key changed."""
+        """What was sealed; empty when nothing was kept; `unreadable` when the key changed
+        (never taken for "no credentials": a request sent without them could be answered by
+        another account, or not at all)."""
         if not sealed:
             return Credentials()
         try:
             value = json.loads(self._fernet.decrypt(sealed))
         except InvalidToken:
-            return Credentials()
+            return Credentials(unreadable=True)
         if isinstance(value, dict) and value.get("v") == 2:
             return Credentials(value.get("headers") or {}, value.get("urls") or {})
         return Credentials(value)  # sealed by an older undoproxy: headers only
@@ -103,10 +105,16 @@ class Credentials(dict[str, str]):
     redacted URLs of that step stand for (`unredact`)."""
 
     def __init__(
-        self, headers: Mapping[str, str] | None = None, urls: Mapping[str, str] | None = None
+        self,
+        headers: Mapping[str, str] | None = None,
+        urls: Mapping[str, str] | None = None,
+        *,
+        unreadable: bool = False,
     ) -> None:
         super().__init__({str(k): str(v) for k, v in (headers or {}).items()})
         self.urls = {str(k): str(v) for k, v in (urls or {}).items()}
+        # sealed with another credentials key: what the step was sent with is unknown
+        self.unreadable = unreadable
 
     def unredact(self, url: str) -> str:
         """`url` with the secret query values the journal hid put back.

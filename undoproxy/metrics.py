@@ -28,7 +28,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-from undoproxy.rollback.report import REPORT_STATUSES
+from undoproxy.rollback.verdict import REPORT_STATUSES
 
 SEEN_LIMIT = 65536
 KINDS = ("read", "mutation")

@@ -185,6 +185,7 @@ async def start(config: Config) -> Running:
         UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
         box,
         inflight=inflight,
+        after_reads=snapshots.after_reads,
     )
 
     app = create_app(context, extra_routes=[*listener_routes.ROUTES, *tls_api.ROUTES])

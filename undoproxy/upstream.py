@@ -2,11 +2,19 @@
 
 They go straight to the upstream with aiohttp, never through mitmproxy (whose replay would
 run them one at a time and through our own hooks).
+
+Bodies are read as the upstream stores them: undoproxy asks for `Accept-Encoding: identity`
+and never decodes a content coding (a gzip-encoded object is snapshotted, restored and compared
+as its gzip bytes with its `Content-Encoding`, never turned into a third state; a compressed
+"bomb" costs only its own size). A body is kept up to a limit (`keep`) and hashed whole as it
+streams: what is larger is known by its length and SHA-256 (enough to tell whether a target
+changed), or the read gives up at the limit when the caller needs every byte (`need_all`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +34,11 @@ log = logging.getLogger(__name__)
 _READ_HEADERS = frozenset({"accept", "accept-language", "user-agent"})
 
 
+# What undoproxy keeps of a body it reads, unless the caller says otherwise; the rest is hashed.
+KEEP = 16 * 1024 * 1024
+_CHUNK = 64 * 1024
+
+
 def snapshot_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
     """The agent's headers that describe how it reads (credentials are added separately)."""
     return {k: v for k, v in headers if k.lower() in _READ_HEADERS}
@@ -33,17 +46,37 @@ def snapshot_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
 
 @dataclass
 class UpstreamResponse:
-    """A complete response from an upstream."""
+    """A response from an upstream: its body as served (never decoded), kept up to a limit.
+
+    `length` and `sha256` always describe the whole body; `complete` is False when only its
+    first bytes were kept (`body`)."""
 
     status: int
     headers: dict[str, str]
     body: bytes
     attempts: int = 1
+    length: int = -1
+    sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if self.length < 0:
+            self.length = len(self.body)
+        if not self.sha256 and self.length == len(self.body):
+            self.sha256 = hashlib.sha256(self.body).hexdigest()
+
+    @property
+    def complete(self) -> bool:
+        """True when `body` holds the whole body."""
+        return self.length == len(self.body)
 
     def header(self, name: str) -> str | None:
         """A header by case-insensitive name."""
         lower = name.lower()
         return next((v for k, v in self.headers.items() if k.lower() == lower), None)
+
+
+class BodyTooLarge(Exception):
+    """A body the caller needs whole is larger than it allowed."""
 
 
 @dataclass
@@ -80,7 +113,7 @@ class UpstreamClient:
                 connector=connector,
                 timeout=self._timeout,
                 trust_env=False,
-                auto_decompress=True,
+                auto_decompress=False,  # bodies as stored: see the module docstring
                 # One client serves every session: a cookie an upstream set in answer to one
                 # session's snapshot or compensation must never ride along with another's.
                 cookie_jar=aiohttp.DummyCookieJar(),
@@ -98,10 +131,16 @@ class UpstreamClient:
         url: str,
         headers: Mapping[str, str] | None = None,
         body: bytes | None = None,
+        *,
+        keep: int = KEEP,
+        need_all: bool = False,
     ) -> UpstreamResponse:
-        """One attempt; raises UpstreamError when no response arrives."""
+        """One attempt; raises UpstreamError when no response arrives, BodyTooLarge when
+        `need_all` and the body is larger than `keep` bytes (read no further)."""
         target: str | URL = url
         sent_headers = dict(headers or {})
+        if not any(k.lower() == "accept-encoding" for k in sent_headers):
+            sent_headers["Accept-Encoding"] = "identity"
         if self.signers.for_url(url) is not None:
             url, sent_headers = self.signers.sign(method, url, sent_headers, body)
             target = URL(url, encoded=True)  # sent exactly as signed, never re-quoted
@@ -109,8 +148,7 @@ class UpstreamClient:
             async with self._client().request(
                 method, target, headers=sent_headers, data=body, allow_redirects=False
             ) as resp:
-                data = await resp.read()
-                return UpstreamResponse(resp.status, dict(resp.headers), data)
+                return await _read(resp, keep, need_all)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(
                 f"{method} {redact.url(url)}: {type(exc).__name__}: {redact.text(str(exc))}"
@@ -128,17 +166,20 @@ class UpstreamClient:
         policy: RetryPolicy,
         headers: Mapping[str, str] | None = None,
         body: bytes | None = None,
+        *,
+        keep: int = KEEP,
+        need_all: bool = False,
     ) -> UpstreamResponse:
         """Retry connection errors, 5xx and 429 with backoff; the last answer or UpstreamError.
 
         Only call this for requests that are safe to repeat (GETs, and compensations that are
-        idempotent by construction: PUT of a snapshot, DELETE).
+        idempotent by construction: PUT of a snapshot, DELETE; never POST or PATCH).
         """
         history: list[str] = []
         for attempt in range(1, policy.attempts + 1):
             retry_after = None
             try:
-                response = await self.send(method, url, headers, body)
+                response = await self.send(method, url, headers, body, keep=keep, need_all=need_all)
             except UpstreamError as exc:
                 history.append(str(exc))
                 if attempt == policy.attempts:
@@ -153,3 +194,23 @@ class UpstreamClient:
                 retry_after = response.header("Retry-After")
             await asyncio.sleep(policy.delay(attempt, retry_after))
         raise AssertionError("unreachable")
+
+
+async def _read(resp: aiohttp.ClientResponse, keep: int, need_all: bool) -> UpstreamResponse:
+    """The response with its first `keep` bytes kept and the whole body hashed as it streams."""
+    digest = hashlib.sha256()
+    kept = bytearray()
+    length = 0
+    announced = resp.content_length
+    if need_all and announced is not None and announced > keep:
+        raise BodyTooLarge(f"the body is {announced} bytes, over the limit of {keep}")
+    async for chunk in resp.content.iter_chunked(_CHUNK):
+        length += len(chunk)
+        if need_all and length > keep:
+            raise BodyTooLarge(f"the body is over the limit of {keep} bytes")
+        digest.update(chunk)
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
+    return UpstreamResponse(
+        resp.status, dict(resp.headers), bytes(kept), length=length, sha256=digest.hexdigest()
+    )

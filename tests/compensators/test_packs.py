@@ -261,7 +261,7 @@ def test_pack_without_what_it_needs_is_irreversible(
 
 @pytest.mark.parametrize("name", sorted(PACKS))
 @pytest.mark.parametrize("status", [400, 422, 500])
-def test_pack_after_a_failed_request_has_nothing_to_undo(name: str, status: int) -> None:
+def test_a_pack_claims_nothing_after_an_error_answer(name: str, status: int) -> None:
     # s3.delete-objects reads its keys from the body before forwarding: give it some.
     body: Any = {"any": "thing"}
     url = f"{GITHUB}/issues"
@@ -271,9 +271,10 @@ def test_pack_after_a_failed_request_has_nothing_to_undo(name: str, status: int)
         url, body = "https://couch.example.test/db/_bulk_docs", {"docs": [{"_id": "a"}]}
     p, f = step(_rule(name), "POST", url, body)
     comp = run(p, f, status, {"message": "Validation Failed"})
-    assert comp["noop"] == (
-        f"the request failed upstream (HTTP {status}); it is assumed to have changed nothing"
-    )
+    # An error answer is no evidence that nothing changed: no "nothing to undo", and no
+    # inverse built from an answer that names nothing; rollback decides by reading.
+    assert "noop" not in comp and "noop_evidence" not in comp
+    assert not comp.get("ready")
 
 
 def test_a_slack_post_that_failed_inside_a_200_has_nothing_to_undo() -> None:
@@ -289,6 +290,7 @@ def test_a_slack_post_that_failed_inside_a_200_has_nothing_to_undo() -> None:
     )
     comp = complete(plan, {"kind": plan.kind, "ready": False}, failed)
     assert "channel_not_found" in comp["noop"] and not comp["ready"]
+    assert comp["noop_evidence"]["kind"] == "answer"  # Slack's documented refusal
     posted = Facts(
         "POST",
         "https://slack.com/api/chat.postMessage",

@@ -150,13 +150,13 @@ SNAPSHOT_URLS: list[Any] = [
     pytest.param(
         """
         match: {host: crm.example.test, path: "/contacts/{id}/email"}
-        snapshot: {url: "https://backup.example.test/v2/contacts/{id}"}
+        snapshot: {url: "https://crm.example.test/v2/contacts/{id}"}
         compensate: restore
         """,
         "PUT",
         f"{API}/contacts/7/email",
         None,
-        ("restore", "https://backup.example.test/v2/contacts/7"),
+        ("restore", "https://crm.example.test/v2/contacts/7"),
         id="absolute",
     ),
     pytest.param(
@@ -296,3 +296,24 @@ def test_rule_from_yaml_compensate_none_wins_over_snapshot() -> None:
     got = plan(MATCH + "snapshot: true\ncompensate: none", "PUT", URL)
     assert got.irreversible
     assert got.snapshot_url is None
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "https://backup.example.test/v2/contacts/{id}",  # another host
+        "http://crm.example.test/contacts/{id}",  # another scheme
+        "https://crm.example.test:8443/contacts/{id}",  # another port
+    ],
+)
+def test_a_snapshot_on_another_origin_makes_the_step_irreversible(where: str) -> None:
+    # A read there says nothing about the resource the agent changed: it could only "verify"
+    # an undo that never touched it.
+    rule = f"""
+        match: {{host: crm.example.test, path: "/contacts/{{id}}/email"}}
+        snapshot: {{url: "{where}"}}
+        compensate: restore
+        """
+    got = plan(rule, "PUT", f"{API}/contacts/7/email", b"")
+    assert got.kind == "irreversible" and got.snapshot_url is None
+    assert got.reason is not None and "another origin" in got.reason

@@ -195,7 +195,8 @@ def test_a_call_slack_answered_ok_false_has_nothing_to_undo(agent: Agent) -> Non
     assert "channel_not_found" in step["error"]
     report = agent.rollback()
     assert _statuses(report) == ["skipped"], report
-    assert "failed upstream" in report["steps"][0]["detail"]
+    assert "Slack answered ok: false (channel_not_found)" in report["steps"][0]["detail"]
+    assert report["steps"][0]["evidence"]["journal"] == "recorded"
     assert report["state"] == "rolled_back"
 
 
@@ -248,3 +249,34 @@ def test_slack_sdk_reads_the_fake_directly(
     with pytest.raises(SlackApiError) as refused:
         client.chat_delete(channel=channel, ts="0.0")
     assert refused.value.response["error"] == "message_not_found"
+
+
+def test_a_kick_read_back_reads_every_page_of_members(agent: Agent) -> None:
+    # The channel's members span several pages by the time of the rollback; one invited user
+    # stays (the kick is answered ok and changes nothing). A read-back of the first page
+    # alone would show them all gone.
+    agent.client.conversations_invite(channel=agent.channel, users=["U2", "U3"])
+    agent.state.kept_on_kick.add("U3")
+    agent.state.page_size = 1  # the kicked user is found on the third page, not the first
+    try:
+        report = agent.rollback()
+    finally:
+        agent.state.page_size = 1000
+        agent.state.kept_on_kick.discard("U3")
+    assert _statuses(report) == ["failed"], report
+    assert "members.* still has what the step added" in report["steps"][0]["detail"]
+    assert report["state"] == "rollback_incomplete"
+
+
+def test_an_invite_to_a_channel_over_one_page_of_members_is_irreversible(agent: Agent) -> None:
+    # Who was a member before cannot be told from the first page: kicking a member of the
+    # second page, there all along, would be a new harm; nothing is guessed.
+    agent.state.page_size = 1
+    try:
+        agent.client.conversations_invite(channel=agent.channel, users=["U2"])
+    finally:
+        agent.state.page_size = 1000
+    report = agent.rollback()
+    assert _statuses(report) == ["irreversible"], report
+    assert "more members than one page" in report["steps"][0]["detail"]
+    assert "U2" in agent.state.channels[agent.channel]["members"]  # nobody was kicked

@@ -52,6 +52,36 @@ def test_a_snapshot_slack_refused_leaves_the_prior_value_unknown() -> None:
     assert "could not be read before" in comp["reason"]
 
 
+def test_an_invite_answered_ok_false_is_still_undone_from_the_members_before() -> None:
+    # `force` invites the valid users of a list and answers ok: false for the rest: the
+    # answer is no evidence that nobody was invited.
+    members = {"ok": True, "members": ["U1"]}
+    body = {"channel": "C1", "users": "U2,UBAD"}
+    answer = {"ok": False, "error": "user_not_found", "errors": [{"user": "UBAD"}]}
+    comp = _build("slack.kick-invited", "conversations.invite", body, answer, snap=members)
+    assert "noop" not in comp
+    kicks = [sent_json(comp)["body"]] + [sent_json(r)["body"] for r in comp["then"]]
+    assert kicks == [{"channel": "C1", "user": "U2"}, {"channel": "C1", "user": "UBAD"}]
+
+
+def test_members_over_one_page_leave_an_invite_irreversible() -> None:
+    # A user on the second page was a member all along: kicking them would be a new harm.
+    members = {"ok": True, "members": ["U1"], "response_metadata": {"next_cursor": "dXNlcjo"}}
+    body = {"channel": "C1", "users": "U2"}
+    comp = _build("slack.kick-invited", "conversations.invite", body, {"ok": True}, snap=members)
+    assert "more members than one page" in comp["reason"]
+
+
+def test_members_read_back_page_by_page() -> None:
+    members = {"ok": True, "members": ["U1"]}
+    body = {"channel": "C1", "users": "U2"}
+    comp = _build("slack.kick-invited", "conversations.invite", body, {"ok": True}, snap=members)
+    assert comp["readback"]["pages"] == {
+        "cursor": ["response_metadata", "next_cursor"],
+        "param": "cursor",
+    }
+
+
 def test_only_users_who_were_not_members_are_kicked() -> None:
     members = {"ok": True, "members": ["U1", "U2"]}
     body = {"channel": "C1", "users": "U2,U3,U4"}
@@ -134,7 +164,6 @@ def test_each_row_builds_its_slack_call(
     [
         "slack.delete-scheduled",
         "slack.remove-reaction",
-        "slack.kick-invited",
         "slack.restore-topic",
     ],
 )

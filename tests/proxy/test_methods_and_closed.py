@@ -150,13 +150,15 @@ def test_a_signed_request_is_forwarded_as_irreversible_without_a_snapshot(
 
 
 @pytest.mark.parametrize("credentials", ["origin", "forward"])
-def test_a_snapshot_on_another_origin_gets_credentials_only_if_the_rule_forwards_them(
+def test_a_snapshot_on_another_origin_is_never_read_and_the_step_is_irreversible(
     tmp_path_factory: pytest.TempPathFactory,
     tls_upstream: ThreadedServer,
     plain_upstream: ThreadedServer,
     session_id: str,
     credentials: str,
 ) -> None:
+    # A read of another origin shows nothing about the resource the agent changed: it could
+    # only "verify" an undo that never touched it. Whatever the rule says of credentials.
     rules = [
         {
             "name": "snapshot-elsewhere",
@@ -173,15 +175,13 @@ def test_a_snapshot_on_another_origin_gets_credentials_only_if_the_rule_forwards
         with instance.agent(session_id, headers={"Authorization": "Bearer agent-secret"}) as a:
             r = a.put(f"{tls_upstream.base_url}/pinned/{marker}", json={"target": elsewhere})
         assert r.status_code == 200
-        [elsewhere_get] = [x for x in received(plain_upstream) if x.path == f"/steal/{marker}"]
-        if credentials == "origin":
-            assert "Authorization" not in elsewhere_get.headers
-            assert "agent-secret" not in repr(elsewhere_get.headers)
-        else:
-            assert elsewhere_get.headers["Authorization"] == "Bearer agent-secret"
+        assert [x for x in received(plain_upstream) if x.path == f"/steal/{marker}"] == []
         # The agent's own origin did get its credentials with the PUT.
         [put] = [x for x in received(tls_upstream) if x.path == f"/pinned/{marker}"]
         assert put.headers["Authorization"] == "Bearer agent-secret"
+        report = instance.rollback(session_id)
+        assert [s["status"] for s in report["steps"]] == ["irreversible"]
+        assert "another origin" in report["steps"][0]["detail"]
     finally:
         instance.stop()
 

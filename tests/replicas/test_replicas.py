@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -24,6 +25,8 @@ from tests.support.holding import approvals, decide, in_thread, until, wait_pend
 from tests.support.postgres import PASSWORD, Cluster
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
+from tests.support.upstream import RECEIVED
+from undoproxy.store.postgres.schema import REPLICA_CLASS
 
 SECRET = "sk-agent-SECRET-123"
 AUTH = {"Authorization": f"Bearer {SECRET}"}
@@ -382,9 +385,7 @@ def test_a_rollback_on_b_waits_for_a_mutation_still_in_flight_on_c_and_undoes_it
     rollback: Future[requests.Response] | None = None
     try:
         until(lambda: ("PUT", "/items/2") in state.log, what="C's PUT at the upstream")
-        rollback = in_thread(
-            lambda: b.api("POST", f"/api/sessions/{session_id}/rollback", json={})
-        )
+        rollback = in_thread(lambda: b.api("POST", f"/api/sessions/{session_id}/rollback", json={}))
         until(lambda: session_state(b, session_id) == "rolling_back", what="the rollback on B")
         assert not rollback.done()  # it waits for C's PUT, which is still on its way
     finally:
@@ -597,3 +598,33 @@ def test_a_compensation_in_flight_when_its_replica_dies_is_never_sent_again(
     assert [st["status"] for st in report.json()["steps"]] == ["compensated"]
     assert state.log.count(("DELETE", f"/items/{created}")) == 1  # read, never resent
     assert state.items == before
+
+
+def test_a_replica_that_lost_the_others_catches_up_before_it_forwards_again(
+    a: Undoproxy,
+    b: Undoproxy,
+    plain_upstream: ThreadedServer,
+    pg_cluster: Cluster,
+    cluster_db: str,
+    session_id: str,
+) -> None:
+    # A's listening connection dies (a network blip, a restarted pgbouncer): it hears nothing
+    # of what B decides until it has connected again and caught up. B freezes the session
+    # meanwhile: the request A holds is denied once A is back, and A forwards nothing of it.
+    url = f"{plain_upstream.base_url}/held/{uuid.uuid4().hex}"
+    agent = in_thread(lambda: a.agent(session_id).post(url, json={}, timeout=60))
+    wait_pending(b, session_id)
+    assert a.proc is not None
+    killed = pg_cluster.psql(
+        "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_stat_activity s "
+        f"ON s.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid = {REPLICA_CLASS} "
+        f"AND s.application_name LIKE 'undoproxy %-{a.proc.pid}-%'",
+        cluster_db,
+    )
+    assert killed == "1"
+    assert b.api("POST", f"/api/sessions/{session_id}/freeze").status_code == 200
+    response = agent.result(20)  # not the 60 s approval timeout: A caught up
+    assert response.status_code == 403 and "frozen" in response.json()["reason"]
+    assert not [r for r in plain_upstream.app[RECEIVED] if r.path == urlsplit(url).path]
+    again = a.agent(session_id).put(f"{plain_upstream.base_url}/f", json={})
+    assert again.status_code in (403, 503), again.text

@@ -269,14 +269,19 @@ def test_an_inferred_creation_is_confirmed_before_it_is_claimed(
     assert not store.requests("DELETE")  # never "compensated: already gone"
 
 
-def test_a_creation_a_rule_names_is_already_undone_when_it_is_gone(
+def test_a_creation_found_by_its_id_is_never_called_undone_from_two_404s(
     ruled: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
 ) -> None:
+    # The rule names delete-created; the answer gives an id and no Location, so the URL is
+    # undoproxy's guess. Gone by the time of the rollback: a DELETE answered 404 and a read
+    # answered 404 would also be what a wrong guess looks like. Nothing shows it undone.
     with ruled.agent(session_id, headers=AUTH) as s:
         made = s.post(f"{server.base_url}/o/made/", data=b"draft").json()["id"]
     del store.objects[f"made/{made}"]  # someone removed it by hand meanwhile
-    report = rollback_ends(ruled, session_id, "rolled_back", ["compensated"])
-    assert "DELETE answered 404; read back: gone" in details(report)[0]
+    writes = store.writes_done
+    report = rollback_ends(ruled, session_id, "rollback_incomplete", ["irreversible"])
+    assert "cannot confirm what the POST created" in details(report)[0]
+    assert store.writes_done == writes  # nothing was sent: there was nothing to delete
 
 
 def test_dry_run_predicts_the_real_run_for_a_resource_written_twice(
@@ -343,3 +348,24 @@ def test_a_step_a_person_resolved_no_longer_holds_the_session_back(
     db.close()
     report = rollback_ends(up, session_id, "rolled_back", ["skipped"])
     assert details(report) == ["resolved by a person"]
+
+
+def test_an_unknown_outcome_with_nothing_to_read_is_never_undone_blind(
+    ruled: Undoproxy, server: ThreadedServer, store: objects.StoreState, session_id: str
+) -> None:
+    # The rule's inverse needs no answer (DELETE of the body's target), but the connection
+    # broke after the PUT may have been sent, and there is no snapshot: whether the step
+    # happened cannot be read, so its inverse is not sent on a guess.
+    target = f"{server.base_url}/o/keep.txt"
+    store.put("keep.txt", "someone's file")
+    with ruled.agent(session_id, headers=AUTH) as s:
+        r = s.put(
+            f"{server.base_url}/o/linked/x",
+            json={"target": target},
+            headers={"X-Test-Drop": "after"},
+        )
+    assert r.status_code == 502
+    writes = store.writes_done
+    report = rollback_ends(ruled, session_id, "rollback_incomplete", ["unverified"])
+    assert "outcome unknown" in details(report)[0]
+    assert store.writes_done == writes and "keep.txt" in store.objects  # no DELETE went out

@@ -230,6 +230,28 @@ def test_a_deleted_file_comes_back_with_its_dead_properties(
     assert dav.state() == before
 
 
+EXECUTABLE = (
+    b'<?xml version="1.0"?><D:propertyupdate xmlns:D="DAV:" xmlns:A="http://apache.org/dav/props/">'
+    b"<D:set><D:prop><A:executable>T</A:executable></D:prop></D:set></D:propertyupdate>"
+)
+
+
+def test_a_property_a_client_can_set_comes_back_after_a_delete(
+    up: Undoproxy, dav: WebDav, session_id: str
+) -> None:
+    # Apache's `executable` is live on mod_dav but set by PROPPATCH: a restore that treated it
+    # as computed by the server would lose a script's x bit and still say "as before".
+    with dav.direct() as s:
+        r = s.request("PROPPATCH", f"{dav.base_url}/docs/a.txt", data=EXECUTABLE)
+        assert r.status_code == 207 and "200 OK" in r.text, r.text
+    before = dav.state()
+    assert "{http://apache.org/dav/props/}executable" in before["/docs/a.txt"][1]
+    with agent(up, session_id) as s:
+        assert s.delete(f"{dav.base_url}/docs/a.txt").status_code == 204
+    rollback_ends(up, session_id, "rolled_back", ["compensated"])
+    assert dav.state() == before
+
+
 def test_a_write_under_the_agents_own_lock_is_undone_with_its_lock_token(
     up: Undoproxy, dav: WebDav, session_id: str
 ) -> None:

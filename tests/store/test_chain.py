@@ -13,9 +13,13 @@ import pytest
 from tests.store.backends import StoreUnderTest
 from tests.store.helpers import a_step, an_approval
 from undoproxy.errors import JournalError
+from undoproxy.lifecycle import Settlement, StepStatus
 from undoproxy.store import approvals, chain, schema
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Session
+
+# A rollback's verdict as the journal takes it: a read-back is its evidence.
+VERIFIED = Settlement("compensated", "ok", StepStatus.COMPENSATED, evidence="GET answered 404")
 
 
 def chain_of(path: Path) -> list[tuple[str, str, int]]:
@@ -45,7 +49,7 @@ async def test_every_write_path_appends_entries_that_verify(store: StoreUnderTes
         read = a_step(journal, "s1", is_mutation=False, status="succeeded")
         journal.record(read)  # insert, batched
         await journal.update_now(first, status="compensating")
-        await journal.update_now(first, status="compensated", compensation_detail="ok")
+        await journal.settle(first, VERIFIED)  # a rollback's verdict
         await journal.set_session_state("s1", "rolled_back")
         await journal.set_frozen("s1", True)
         held = a_step(journal, "s1", status="held")
@@ -53,6 +57,8 @@ async def test_every_write_path_appends_entries_that_verify(store: StoreUnderTes
         approval = an_approval("s1", held)
         await journal.writer.write(approvals.INSERT, approval.to_row())
         await approvals.expire_stale(journal)  # set-based updates of both tables
+        await journal.set_frozen("s1", False)
+        await journal.set_session_state("s1", "open")  # a mutation is written ahead only so
         left_pending = a_step(journal, "s1")
         await journal.write_ahead(left_pending)
     finally:
@@ -71,7 +77,7 @@ async def test_every_write_path_appends_entries_that_verify(store: StoreUnderTes
     assert versions[("steps", read.id)] == 1
     assert versions[("steps", held.id)] == 2  # held -> denied by expire_stale
     assert versions[("steps", left_pending.id)] == 2  # pending -> unknown at restart
-    assert versions[("sessions", "s1")] == 3
+    assert versions[("sessions", "s1")] == 5
     assert versions[("approvals", approval.id)] == 2
     report = await store.verify()
     assert report.problems == []
@@ -133,7 +139,7 @@ async def test_an_sqlite_journal_from_before_the_chain_gets_one_at_migration(
         assert chain_of(path) == [("sessions", "s1", 1), ("steps", "st1", 1), ("steps", "st2", 1)]
         step = await journal.step("st2")
         assert step is not None
-        await journal.update_now(step, status="compensated")  # after the upgrade: chained
+        await journal.settle(step, VERIFIED)  # after the upgrade: chained
     finally:
         await journal.close()
     report = chain.verify(path)

@@ -12,6 +12,7 @@ Only what the `slack` pack's rows need is served.
 
 from __future__ import annotations
 
+import base64
 import copy
 import itertools
 import json
@@ -37,6 +38,11 @@ class SlackState:
     clock: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
     calls: list[str] = field(default_factory=list)
     refuse: dict[str, str] = field(default_factory=dict)  # method -> the error it answers
+    # conversations.members answers at most this many per page (Slack: "fewer than limit")
+    page_size: int = 1000
+    # users conversations.kick answers ok for and leaves in the channel (a Slack Connect
+    # member an admin policy keeps, say)
+    kept_on_kick: set[str] = field(default_factory=set)
 
     def ts(self) -> str:
         return f"1700000000.{next(self.clock):06d}"
@@ -117,8 +123,17 @@ class Api:
         return _ok(channel=_public(channel)) if channel else _fail("channel_not_found")
 
     def conversations_members(self, args: dict[str, Any]) -> web.Response:
+        """Paged as Slack pages it: `limit` (100 by default, at most 1000), `cursor`, and
+        `response_metadata.next_cursor` ("" on the last page)."""
         channel = self._channel(args)
-        return _ok(members=channel["members"]) if channel else _fail("channel_not_found")
+        if channel is None:
+            return _fail("channel_not_found")
+        size = min(int(args.get("limit") or 100), 1000, self.state.page_size)
+        start = int(base64.b64decode(args["cursor"]).decode()) if args.get("cursor") else 0
+        page = channel["members"][start : start + size]
+        rest = start + size < len(channel["members"])
+        cursor = base64.b64encode(str(start + size).encode()).decode() if rest else ""
+        return _ok(members=page, response_metadata={"next_cursor": cursor})
 
     def conversations_history(self, args: dict[str, Any]) -> web.Response:
         channel = self._channel(args)
@@ -334,7 +349,8 @@ class Api:
         user = args.get("user")
         if user not in channel["members"]:
             return _fail("not_in_channel")
-        channel["members"].remove(user)
+        if user not in self.state.kept_on_kick:
+            channel["members"].remove(user)
         return _ok()
 
     def _set(self, args: dict[str, Any], key: str) -> web.Response:

@@ -226,10 +226,26 @@ class ApprovalQueue:
                 work = self.deny_session(data["id"], ROLLING_BACK)
         elif kind == "freeze" and data.get("all"):
             work = self.deny_all(FROZEN_ALL)
+        elif kind == "rejoined":  # deaf for a while: what was decided elsewhere meanwhile?
+            work = self._recheck_all()
         if work is not None:
             task = asyncio.get_running_loop().create_task(work)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _recheck_all(self) -> None:
+        """Every request held here, checked against the journal: approvals decided, sessions
+        frozen or rolled back while this replica could not hear the others."""
+        if self.journal.frozen_all:
+            await self.deny_all(FROZEN_ALL)
+        for pending in list(self._by_id.values()):
+            session = self.journal.sessions.get(pending.approval.session_id)
+            if session is not None and session.frozen:
+                await self.deny_session(session.id, FROZEN_SESSION)
+            elif session is not None and session.state != "open":
+                await self.deny_session(session.id, ROLLING_BACK)
+            else:
+                await self._apply_remote(pending.approval.id)
 
     async def _apply_remote(self, approval_id: str) -> None:
         known = await store.load(self.journal, approval_id)

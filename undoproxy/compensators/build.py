@@ -8,13 +8,18 @@ typed fields for rollback):
     fallback        recreate's POST to the collection, when PUT is answered 404/405
     ready           True once method and url are known
     reason          why the step is irreversible (then ready is False)
-    noop            why there is nothing to undo (e.g. the DELETE target did not exist)
+    noop            why there is nothing to undo (e.g. the DELETE target did not exist), with
+    noop_evidence   what shows it: {kind, detail} (`record.NOTHING_EVIDENCE`); a step the
+                    upstream answered with an error gets none: rollback decides it by a read
     snapshot_url    the target, re-read by rollback for drift checks and unknown outcomes
     after           what the agent's own write produced: {etag, sha256} (drift baseline)
     needs_after_read  True when the response told nothing about the result (a GET is due)
     check_absent    recreate: conflict if the target exists again
     inferred        chosen by `defaults.compensate: auto`, not by a rule (rollback confirms
                     an inferred `delete-created` target exists before deleting it)
+    located         where a delete-created's URL came from: location (a 201's Location) | id
+    after           what the agent's write left: {etag} from its answer, else what a read
+                    right after it showed: {etag | sha256 (+ body_b64 when small JSON), exists}
     rollback        what rollback did with it so far (see `undoproxy.rollback.report.Attempts`)
 """
 
@@ -32,11 +37,12 @@ from undoproxy.compensators.model import (
     NothingToUndo,
     Plan,
     Snapshot,
-    content_hash,
     origin,
     parse_json,
+    restore_headers,
 )
 from undoproxy.compensators.model import inverse_request as request
+from undoproxy.compensators.record import nothing
 from undoproxy.rules import TemplateContext, TemplateError, render_template, render_url
 from undoproxy.rules.templates import template_references_response
 
@@ -110,19 +116,6 @@ def collection_reason(snap: Snapshot) -> str | None:
     if isinstance(body, dict) and "db_name" in body and "doc_count" in body:
         return "the snapshot describes a database (db_name, doc_count), not its documents"
     return None
-
-
-def restore_headers(snap: Snapshot) -> dict[str, str]:
-    """The snapshot's representation headers a restoring PUT sends back (x-amz-meta-*, ...).
-
-    Content-Type travels as the body's type; Content-Encoding stays behind because the stored
-    body was decoded when it was read (a verification read then reports the difference).
-    """
-    return {
-        k: v
-        for k, v in snap.headers.items()
-        if k.lower() not in ("content-type", "content-encoding")
-    }
 
 
 def _put_back(url: str, snap: Snapshot) -> dict[str, Any]:
@@ -221,6 +214,16 @@ def created_id_problem(created_id: str) -> str | None:
     return None
 
 
+def _created_id(body: Any) -> Any:
+    """The id an answer gives what it created: `id`, or `data.id` (JSON:API, Kinto)."""
+    if not isinstance(body, dict):
+        return None
+    if "id" in body:
+        return body["id"]
+    data = body.get("data")
+    return data.get("id") if isinstance(data, dict) else None
+
+
 def _delete_created(facts: Facts) -> dict[str, Any]:
     body = facts.response_json
     if _is_json_rpc(body) or _is_json_rpc(facts.request_json):
@@ -232,15 +235,20 @@ def _delete_created(facts: Facts) -> dict[str, Any]:
         )
     location = facts.response_header("Location")
     if location:
-        return request("DELETE", _created_location(facts, location))
-    created_id = body.get("id") if isinstance(body, dict) else None
+        out = request("DELETE", _created_location(facts, location))
+        # RFC 9110: a 201's Location identifies the resource the request created.
+        out["located"] = "location" if facts.response_status == 201 else "id"
+        return out
+    created_id = _created_id(body)
     if isinstance(created_id, str | int) and not isinstance(created_id, bool) and created_id != "":
         problem = created_id_problem(str(created_id))
         if problem:
             raise Irreversible(f"{problem}; check by hand what the POST created")
-        return request(
+        out = request(
             "DELETE", f"{without_query(facts.url).rstrip('/')}/{quote(str(created_id), safe='')}"
         )
+        out["located"] = "id"  # a guess: rollback reads it before it deletes anything
+        return out
     raise Irreversible(
         f"the response to {facts.method} {redact.url(without_query(facts.url))} names "
         "nothing it created (no Location header, no id): check by hand what "
@@ -267,7 +275,15 @@ def prepare(plan: Plan, facts: Facts) -> Compensation:
             comp.update(_restore(facts), ready=True)
         elif plan.kind == "recreate":
             if facts.snapshot is not None and not facts.snapshot.existed:
-                comp["noop"] = "the target did not exist before the DELETE"
+                # Held against the DELETE's own answer once it comes (`complete`).
+                comp.update(
+                    nothing(
+                        "the target did not exist before the DELETE",
+                        "read",
+                        f"GET {redact.url(facts.snapshot.url)} answered "
+                        f"{facts.snapshot.status} just before it",
+                    )
+                )
             else:
                 comp.update(_recreate(facts), ready=True, check_absent=True)
         elif plan.kind == "template" and not template_references_response(plan.template):
@@ -289,14 +305,14 @@ def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
             else email.correction(facts, plan.correction)
         )
         comp = {**comp, "correction": correction}
-    if comp.get("reason") or comp.get("noop"):
+    if comp.get("reason"):
         return comp
+    if comp.get("noop"):
+        return _held_against_answer(plan, comp, facts)
     if not 200 <= status < 300:
-        return {
-            **comp,
-            "noop": f"the request failed upstream (HTTP {status}); "
-            "it is assumed to have changed nothing",
-        }
+        # An error answer is no evidence that nothing changed (a PUT answered 502 may have
+        # landed): what was prepared from the snapshot stays, and rollback decides by a read.
+        return comp
     comp = dict(comp)
     try:
         if plan.kind == "delete-created":
@@ -308,18 +324,38 @@ def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
     except Irreversible as exc:
         return _irreversible(plan, str(exc))
     except NothingToUndo as exc:
-        return {**comp, "noop": str(exc)}
+        return {**comp, **nothing(str(exc), exc.kind)}
     if plan.kind == "restore":  # the drift check before restoring compares against this
         comp.update(after_image(facts))
     return comp
 
 
+def _held_against_answer(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
+    """A "nothing to undo" decided before forwarding (the DELETE's target did not exist), held
+    against the answer: a DELETE that reports success on a URL that read as absent may have
+    deleted something the read cannot see (an API whose GET and DELETE address a resource
+    differently), which cannot be rebuilt."""
+    status = facts.response_status or 0
+    if plan.kind == "recreate" and 200 <= status < 300:
+        return _irreversible(
+            plan,
+            f"a GET of the target just before the DELETE answered "
+            f"{facts.snapshot.status if facts.snapshot else 404}, yet the DELETE answered "
+            f"{status}: if it deleted something, undoproxy cannot read what, so it cannot "
+            "rebuild it; check by hand",
+        )
+    return comp
+
+
 def after_image(facts: Facts) -> dict[str, Any]:
-    """What the agent's write produced, as far as the response tells (drift baseline)."""
+    """What the agent's write produced, as far as the answer shows it: its ETag. Without one
+    a read right after the write is due (`needs_after_read`): an answer's body is not always
+    the target's representation (`{"ok": true}`), so it is never taken for one. A write to a
+    target that read as absent before, answered 200/204 rather than 201 (RFC 9110: an update,
+    not a creation), needs that read too: it shows whether the URL undoproxy reads is where
+    the write went."""
     etag = facts.response_header("ETag")
-    body = facts.response_json
-    if etag:
+    created_here = facts.snapshot is not None and not facts.snapshot.existed
+    if etag and not (created_here and facts.response_status != 201):
         return {"after": {"etag": etag}, "needs_after_read": False}
-    if isinstance(body, dict) and body:
-        return {"after": {"sha256": content_hash(facts.response_body)}, "needs_after_read": False}
     return {"after": None, "needs_after_read": True}

@@ -157,12 +157,12 @@ def document(facts: Facts) -> dict[str, Any]:
     prior = _prior(facts.snapshot)
     if facts.method == "DELETE":
         if prior is None:
-            raise NothingToUndo("the document did not exist before the DELETE")
+            raise NothingToUndo("the document did not exist before the DELETE", "read")
         return _recreate(url, prior)
     written = _written(facts.request_json)
     if written.get("_deleted") is True:  # a PUT of a tombstone is a delete
         if prior is None:
-            raise NothingToUndo("the document did not exist before it was deleted")
+            raise NothingToUndo("the document did not exist before it was deleted", "read")
         return _recreate(url, prior)
     if prior is None:
         return _delete_created(url, rev, written)
@@ -262,7 +262,7 @@ def bulk_docs(facts: Facts) -> dict[str, Any]:
         ids.append(doc_id)
         expected.append(prior)
     if not inverse:
-        raise NothingToUndo("the _bulk_docs wrote no document (every one was refused)")
+        raise NothingToUndo("the _bulk_docs wrote no document (every one was refused)", "answer")
     out = request("POST", f"{database}/_bulk_docs", {"docs": inverse})
     out["repeatable"] = True  # each document names its revision: a repeat only conflicts
     check = all_docs_url(database, ids)

@@ -13,7 +13,7 @@ from typing import Any
 
 from undoproxy.compensators import davxml, targets
 from undoproxy.compensators.davxml import NotDav, Resource
-from undoproxy.compensators.model import Facts, Irreversible, PreRead, Snapshot
+from undoproxy.compensators.model import Facts, Irreversible, PreRead, Snapshot, restore_headers
 from undoproxy.compensators.model import inverse_request as request
 
 Check = dict[str, Any]
@@ -79,7 +79,7 @@ def readback(expect: list[Check], left: list[Check] | None = None) -> dict[str, 
 
 def put_back(url: str, snap: Snapshot) -> dict[str, Any]:
     """PUT a body read before the step back, with its representation headers."""
-    kept = {k: v for k, v in snap.headers.items() if k not in ("content-type", "content-encoding")}
+    kept = restore_headers(snap)
     return request(
         "PUT", url, snap.body, snap.content_type or "application/octet-stream", kept or None
     )

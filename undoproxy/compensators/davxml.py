@@ -18,12 +18,13 @@ from urllib.parse import unquote, urljoin, urlsplit
 from xml.sax.saxutils import quoteattr
 
 DAV = "DAV:"
-# Properties outside DAV: that servers compute (never restored, never compared).
+# Properties outside DAV: that servers compute (never restored, never compared). A live
+# property a client can set is not one of them: Apache's `executable` (a file's x bit, set by
+# PROPPATCH) is restored and compared like any dead property, or a restore would lose it.
 LIVE_NAMESPACES = frozenset({"http://radicale.org/ns/"})
 LIVE_NAMES = frozenset(
     {
         "{http://calendarserver.org/ns/}getctag",
-        "{http://apache.org/dav/props/}executable",
         "{http://sabredav.org/ns}sync-token",
     }
 )

@@ -80,7 +80,7 @@ def restore_fields(facts: Facts) -> dict[str, Any]:
     if not isinstance(before, dict):
         raise Irreversible("the snapshot is not one resource, so its fields cannot be put back")
     if not fields:
-        raise NothingToUndo("the PATCH sent no fields, so it changed nothing")
+        raise NothingToUndo("the PATCH sent no fields, so it changed nothing", "request")
     body, checks = {}, []
     names = list(fields)
     if "state" in names and "state_reason" in before and "state_reason" not in names:
@@ -110,18 +110,30 @@ def _requested_labels(facts: Facts) -> list[str]:
     return [str(x.get("name") if isinstance(x, dict) else x) for x in labels]
 
 
+LABELS_PAGE = 100  # the snapshot reads `?per_page=100`, GitHub's largest page
+
+
 def remove_added_labels(facts: Facts) -> dict[str, Any]:
     """DELETE each label the agent added that was not on the issue before (snapshot)."""
     before = prior(facts)
     assert facts.snapshot is not None
+    if not isinstance(before, list):
+        raise Irreversible("the issue's labels before the request could not be read")
+    if len(before) >= LABELS_PAGE:
+        # A label on a later page, there all along, would be deleted as "added".
+        raise Irreversible(
+            f"the issue had {LABELS_PAGE} labels or more, more than one page shows, so which "
+            "labels the agent added is unknown"
+        )
     had = [str(label.get("name")) for label in before if isinstance(label, dict)]
     added = [name for name in dict.fromkeys(_requested_labels(facts)) if name not in had]
     if not added:
-        raise NothingToUndo("every label the agent added was on the issue before")
+        raise NothingToUndo("every label the agent added was on the issue before", "read")
     base = _without_query(facts.url)
     deletes = [request("DELETE", f"{base}/{quote(name, safe='')}") for name in added]
     out = {**deletes[0], "then": deletes[1:]}
     out["readback"] = readback(facts.snapshot.url, expect(["*", "name"], had))
+    out["readback"]["pages"] = {"link": True}  # GitHub pages with Link: rel="next"
     return out
 
 
@@ -155,7 +167,7 @@ def contents(facts: Facts) -> dict[str, Any]:
     branch = _branch(facts)
     if not snap.existed:
         if facts.method == "DELETE":
-            raise NothingToUndo("the file did not exist before the DELETE")
+            raise NothingToUndo("the file did not exist before the DELETE", "read")
         new_sha = need(facts, "sha", need(facts, "content"))
         out = request("DELETE", url, {"message": UNDO_MESSAGE, "sha": new_sha, **branch})
         out["readback"] = gone(snap.url)

@@ -58,6 +58,29 @@ def content_hash(body: bytes | None) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# What a tombstone may carry besides `deleted: true` (Stripe: id, object; Kinto: id,
+# last_modified); anything more is a resource with a `deleted` flag, which is not absence.
+TOMBSTONE_KEYS = frozenset({"id", "_id", "object", "uuid", "type", "last_modified", "_rev"})
+
+
+def is_tombstone(body: bytes) -> bool:
+    """True when a 2xx body says only that the resource is deleted (`{"deleted": true, ...}`,
+    also inside Kinto's `{"data": ...}`)."""
+    if not body or len(body) > 4096:
+        return False
+    doc = parse_json(body)
+    if isinstance(doc, dict) and set(doc) == {"data"} and isinstance(doc["data"], dict):
+        doc = doc["data"]
+    return (
+        isinstance(doc, dict)
+        and doc.get("deleted") is True
+        and set(doc) - {"deleted"} <= (TOMBSTONE_KEYS)
+    )
+
+
+AFTER_BODY_LIMIT = 64 * 1024  # an after-image keeps a JSON body up to this size (sealed)
+
+
 @dataclass
 class Snapshot:
     """The target of a mutation as a GET saw it just before the mutation was forwarded."""
@@ -75,7 +98,9 @@ class Snapshot:
 
     @property
     def existed(self) -> bool:
-        """False when the GET said the target did not exist (404/410)."""
+        """False when the GET said the target did not exist (404/410, or a tombstone)."""
+        if 200 <= self.status < 300 and is_tombstone(self.body):
+            return False
         return self.status not in (404, 410)
 
     def to_json(self) -> dict[str, Any]:
@@ -130,6 +155,14 @@ def representation_headers(
         if low in REPRESENTATION_HEADERS or low in extra or low.startswith(META_PREFIXES):
             out[low] = value
     return out
+
+
+def restore_headers(snap: Snapshot) -> dict[str, str]:
+    """The snapshot's representation headers a restoring PUT sends back (Content-Encoding,
+    x-amz-meta-*, ...). The body was kept as stored, content coding included (undoproxy reads
+    with `Accept-Encoding: identity` and never decodes), so its Content-Encoding goes back
+    with it; Content-Type travels as the body's type."""
+    return {k: v for k, v in snap.headers.items() if k.lower() != "content-type"}
 
 
 @dataclass
@@ -228,7 +261,12 @@ class Irreversible(Exception):
 
 
 class NothingToUndo(Exception):
-    """The step changed nothing upstream (the API reported a failure in a 2xx answer)."""
+    """The step changed nothing upstream; `kind` says what shows it (`record.NOTHING_EVIDENCE`:
+    `read` a read before it, `request` the request itself, `answer` the API's answer)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def inverse_request(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
-from undoproxy.compensators.model import Irreversible, Plan, parse_form
+from undoproxy.compensators.model import Irreversible, Plan, origin, parse_form
 from undoproxy.compensators.packs import PACK_SNAPSHOTS
 from undoproxy.rules import Rule, TemplateContext, TemplateError, render_url
 from undoproxy.rules.request import NOT_JSON, RequestView
@@ -43,6 +43,20 @@ def plan_for(
 ) -> Plan:
     """The compensation plan of a mutation (with the email pack's correction, if any)."""
     plan = _plan_for(request, rule, captures, auto=auto)
+    elsewhere = [
+        u
+        for u in (plan.snapshot_url, *plan.more_snapshots)
+        if u and origin(u) != origin(request.url)
+    ]
+    if elsewhere:
+        # A read there shows nothing about the resource the agent changed: it could only
+        # "verify" an undo that never touched it.
+        scheme, place = origin(elsewhere[0])
+        plan = Plan(
+            "irreversible",
+            reason=f"the snapshot URL the rule gives is on another origin ({scheme}://{place}) "
+            "than the request: a read there cannot show this step undone",
+        )
     plan.correction = correction_of(rule)
     return plan
 

@@ -36,9 +36,13 @@ def expect(path: Path, value: Any) -> dict[str, Any]:
     return {"path": path, "equals": value}
 
 
-def excludes(path: Path, values: list[Any]) -> dict[str, Any]:
-    """No value at `path` may be one of `values`."""
-    return {"path": path, "excludes": values}
+def excludes(path: Path, values: list[Any], within: Path | None = None) -> dict[str, Any]:
+    """No value at `path` may be one of `values`; the list they are looked for in (the path
+    before its `*`, or `within` for an API that leaves an empty list out) must be there."""
+    check: dict[str, Any] = {"path": path, "excludes": values}
+    if within is not None:
+        check["within"] = within
+    return check
 
 
 def readback(url: str, *checks: dict[str, Any]) -> dict[str, Any]:
@@ -91,6 +95,12 @@ def find(doc: Any, path: Path) -> list[Any]:
     return current
 
 
+def _is_collection(doc: Any, path: Path) -> bool:
+    """True when `path` (no `*` in it) names one list or object in `doc` (empty: `doc`)."""
+    found = find(doc, path) if path else [doc]
+    return len(found) == 1 and isinstance(found[0], list | dict)
+
+
 def value_at(doc: Any, path: Path) -> Any:
     """The value at `path` as `equals` compares it: a list with `"*"`, else one value or None."""
     found = find(doc, path)
@@ -106,11 +116,32 @@ def left_by(response: Any, checks: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 def differences(checks: list[dict[str, Any]], body: Any) -> list[str]:
     """The checks a read's JSON body fails, naming fields, never values ([] when all pass)."""
+    return differences_in_pages(checks, [body])
+
+
+def _container(path: Path) -> Path:
+    """The part of a path before its first `*`: what must exist for "none of them" to mean
+    anything (`messages` of `messages.*.ts`)."""
+    return path[: path.index("*")] if "*" in path else path[:-1]
+
+
+def differences_in_pages(checks: list[dict[str, Any]], pages: list[Any]) -> list[str]:
+    """`differences` over a listing read page by page: a path with `*` gathers its values from
+    every page; any other path is read on the first page. An `excludes` check fails when the
+    list it looks in is not there at all: an answer that lists nothing shows nothing gone."""
     out: list[str] = []
+    body = pages[0] if pages else None
     for check in checks:
         path = list(check.get("path") or [])
-        found = find(body, path)
+        many = "*" in path
+        found = [v for page in pages for v in find(page, path)] if many else find(body, path)
         field = ".".join(str(k) for k in path)
+        if "excludes" in check:
+            holder = list(check.get("within") or _container(path))
+            if not pages or not all(_is_collection(page, holder) for page in pages):
+                where = ".".join(str(k) for k in holder) or "the list"
+                out.append(f"{where} is not in the answer, so it cannot show what was added gone")
+                continue
         if "equals" in check:
             ignore = [str(k) for k in check.get("ignore") or []]
             wanted = check["equals"]

@@ -69,6 +69,44 @@ class InverseRequest:
         )
 
 
+# How a record knows that a step left nothing to undo (`noop_evidence.kind`):
+NOTHING_EVIDENCE = {
+    "not_forwarded": "undoproxy answered it itself: nothing was forwarded",
+    "not_sent": "the connection to the upstream was never made: nothing was sent",
+    "read": "a read of the target before the step showed nothing it could change",
+    "request": "the request itself could change nothing",
+    "answer": "the API's answer reports, item by item, that nothing was done",
+}
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """Nothing to undo, and the evidence for it (one of NOTHING_EVIDENCE's kinds)."""
+
+    why: str
+    kind: str
+    detail: str = ""  # e.g. the read: `GET https://… answered 404`
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Nothing | None:
+        """From a record's `noop` and `noop_evidence`; None without evidence (a journal
+        written before evidence was kept: such a step is decided by a read)."""
+        evidence = raw.get("noop_evidence")
+        if not raw.get("noop") or not isinstance(evidence, Mapping):
+            return None
+        kind = str(evidence.get("kind") or "")
+        if kind not in NOTHING_EVIDENCE:
+            return None
+        return cls(str(raw["noop"]), kind, str(evidence.get("detail") or ""))
+
+
+def nothing(why: str, kind: str, detail: str = "") -> dict[str, Any]:
+    """The record's keys for "nothing to undo", with its evidence (see NOTHING_EVIDENCE)."""
+    if kind not in NOTHING_EVIDENCE:
+        raise ValueError(f"not a kind of evidence: {kind!r}")
+    return {"noop": why, "noop_evidence": {"kind": kind, "detail": detail}}
+
+
 @dataclass(frozen=True)
 class CompensationRecord:
     """A step's compensation: the inverse request, or why there is none, and its baselines."""
@@ -78,13 +116,18 @@ class CompensationRecord:
     request: InverseRequest | None = None  # set when ready
     fallback: InverseRequest | None = None  # recreate's POST to the collection
     reason: str | None = None  # why it is irreversible
-    noop: str | None = None  # why there is nothing to undo
+    noop: str | None = None  # why there is nothing to undo (legacy records: no evidence)
+    nothing: Nothing | None = None  # nothing to undo, with its evidence
     snapshot_url: str | None = None
     after: dict[str, Any] | None = None  # what the agent's write produced (drift baseline)
     check_absent: bool = False  # recreate: the target must still be gone
     then: tuple[InverseRequest, ...] = ()  # more requests after `request` (one per label, user)
     readback: dict[str, Any] | None = None  # a pack's read-back (see compensators/readback.py)
     inferred: bool = False  # chosen by `defaults.compensate: auto`, not by a rule
+    # where a delete-created's URL came from: `location` (a 201's Location, RFC 9110's word
+    # for where the created resource is), `id` (the answer's id appended: a guess to confirm)
+    located: str | None = None
+    server_fields: tuple[str, ...] = ()  # fields a pack says the server sets on every write
     correction: dict[str, Any] | None = None  # the email pack's (see rollback/correction.py)
 
     @classmethod
@@ -101,11 +144,14 @@ class CompensationRecord:
             fallback=InverseRequest.of(fallback) if isinstance(fallback, Mapping) else None,
             reason=UNREADABLE_BODY if sealed_away else raw.get("reason") or None,
             noop=raw.get("noop") or None,
+            nothing=Nothing.of(raw),
             snapshot_url=raw.get("snapshot_url") or None,
             after=raw.get("after") or None,
             check_absent=bool(raw.get("check_absent")),
             then=tuple(InverseRequest.of(r) for r in raw.get("then") or () if isinstance(r, dict)),
             readback=raw.get("readback") if isinstance(raw.get("readback"), dict) else None,
             inferred=bool(raw.get("inferred")),
+            located=raw.get("located") or None,
+            server_fields=tuple(str(f) for f in raw.get("server_fields") or ()),
             correction=raw.get("correction") if isinstance(raw.get("correction"), dict) else None,
         )

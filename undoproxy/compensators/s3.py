@@ -27,7 +27,13 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from undoproxy.compensators import targets
-from undoproxy.compensators.model import Facts, Irreversible, NothingToUndo, Snapshot
+from undoproxy.compensators.model import (
+    Facts,
+    Irreversible,
+    NothingToUndo,
+    Snapshot,
+    restore_headers,
+)
 from undoproxy.compensators.model import inverse_request as request
 
 MAX_KEYS = 100  # a DeleteObjects with more keys is irreversible (2 GETs per key before it)
@@ -169,13 +175,7 @@ def _tags(facts: Facts, url: str) -> list[tuple[str, str]]:
 
 def _put_back(url: str, snap: Snapshot, tags: list[tuple[str, str]]) -> dict[str, Any]:
     """PUT the object as it was: body, representation headers, user metadata and tags."""
-    # Content-Type travels as the body's type; Content-Encoding stays behind (the stored body
-    # was decoded when read: the read-back then reports the difference).
-    headers = {
-        k: v
-        for k, v in snap.headers.items()
-        if k.lower() not in ("content-type", "content-encoding")
-    }
+    headers = restore_headers(snap)
     if tags:
         headers["x-amz-tagging"] = urlencode(tags)
     return request(
@@ -201,7 +201,7 @@ def undo_object(facts: Facts) -> dict[str, Any]:
     snap = _snapshot(facts, url)
     if facts.method == "DELETE":
         if not snap.existed:
-            raise NothingToUndo("the object did not exist before the DELETE")
+            raise NothingToUndo("the object did not exist before the DELETE", "read")
         tags = _tags(facts, url)
         out = _put_back(url, snap, tags)
         out["readback"] = _readback(_as_before(url, snap, tags), [targets.gone(url)])
@@ -257,7 +257,7 @@ def undo_delete_objects(facts: Facts) -> dict[str, Any]:
         expect += _as_before(url, snap, tags)
         left.append(targets.gone(url))
     if not puts:
-        raise NothingToUndo("none of the keys it deleted existed before")
+        raise NothingToUndo("none of the keys it deleted existed before", "read")
     out = dict(puts[0])
     if len(puts) > 1:
         out["then"] = puts[1:]

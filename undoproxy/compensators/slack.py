@@ -17,6 +17,8 @@ from undoproxy.compensators.readback import excludes, expect, left_by, readback
 from undoproxy.compensators.responses import need, prior, sent
 
 OK = expect(["ok"], True)
+# How Slack pages a listing: `response_metadata.next_cursor`, sent back as `cursor`.
+CURSOR_PAGES = {"cursor": ["response_metadata", "next_cursor"], "param": "cursor"}
 
 
 def _answered(facts: Facts) -> dict[str, Any]:
@@ -25,7 +27,8 @@ def _answered(facts: Facts) -> dict[str, Any]:
     if isinstance(body, dict) and body.get("ok") is False:
         raise NothingToUndo(
             f"Slack answered ok: false ({body.get('error', 'no error given')}): "
-            "the call changed nothing"
+            "the call changed nothing",
+            "answer",
         )
     return body if isinstance(body, dict) else {}
 
@@ -141,7 +144,8 @@ def remove_reaction(facts: Facts) -> dict[str, Any]:
     out["readback"] = readback(
         _api(facts, "reactions.get", channel=channel, timestamp=ts),
         OK,
-        excludes(["message", "reactions", "*", "name"], [name]),
+        # reactions.get leaves `reactions` out when there are none: the message must be there
+        excludes(["message", "reactions", "*", "name"], [name], within=["message"]),
     )
     return out
 
@@ -173,18 +177,26 @@ def archive_channel(facts: Facts) -> dict[str, Any]:
 
 
 def kick_invited(facts: Facts) -> dict[str, Any]:
-    """conversations.kick each user invited who was not a member before (snapshot, if any)."""
-    _answered(facts)
+    """conversations.kick each user invited who was not a member before (snapshot, if any).
+
+    Slack may answer `ok: false` and still have invited the valid users of a list (`force`),
+    so the answer is not taken as "nothing happened": each kick of a user who is not in the
+    channel is answered `not_in_channel`, and the read-back of the members decides."""
     channel = _asked(facts, "channel")
     users = [u.strip() for u in _asked(facts, "users").split(",") if u.strip()]
-    members: list[str] = []
-    if facts.snapshot is not None:
-        snap = prior(facts)
-        if isinstance(snap, dict) and snap.get("ok") is True:
-            members = [str(m) for m in snap.get("members") or []]
+    snap = prior(facts) if facts.snapshot is not None else None
+    if not isinstance(snap, dict) or snap.get("ok") is not True:
+        raise Irreversible("the channel's members before the invite could not be read")
+    if (snap.get("response_metadata") or {}).get("next_cursor"):
+        # Kicking a user on the second page, who was a member all along, would be a new harm.
+        raise Irreversible(
+            "the channel had more members than one page of conversations.members shows, so "
+            "which invited users were members before is unknown"
+        )
+    members = [str(m) for m in snap.get("members") or []]
     invited = [u for u in dict.fromkeys(users) if u not in members]
     if not invited:
-        raise NothingToUndo("every user invited was a member of the channel before")
+        raise NothingToUndo("every user invited was a member of the channel before", "read")
     kicks = [
         _call(facts, "conversations.kick", {"channel": channel, "user": u}, ("not_in_channel",))
         for u in invited
@@ -195,6 +207,7 @@ def kick_invited(facts: Facts) -> dict[str, Any]:
         OK,
         excludes(["members", "*"], invited),
     )
+    out["readback"]["pages"] = CURSOR_PAGES  # a channel of over 1,000: every page is read
     return out
 
 

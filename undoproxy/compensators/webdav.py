@@ -84,9 +84,9 @@ def restore_properties(facts: Facts) -> dict[str, Any]:
         raise Irreversible(f"the PROPPATCH body cannot be read ({exc})") from None
     names = [*set_, *removed]
     if not names:
-        raise NothingToUndo("the PROPPATCH names no property")
+        raise NothingToUndo("the PROPPATCH names no property", "request")
     if not davxml.changed_any(facts.response_body, names):
-        raise NothingToUndo("the server answered that it changed none of the properties")
+        raise NothingToUndo("the server answered that it changed none of the properties", "answer")
     before = props(facts, "props", facts.url)
     if before is None:
         raise Irreversible("the target did not exist when its properties were read")
@@ -117,7 +117,9 @@ def unlock(facts: Facts) -> dict[str, Any]:
     token = (facts.response_header("Lock-Token") or "").strip().strip("<>").strip()
     if not token:
         if not facts.request_body.strip():
-            raise NothingToUndo("a LOCK without a body refreshes a lock; it took no new one")
+            raise NothingToUndo(
+                "a LOCK without a body refreshes a lock; it took no new one", "request"
+            )
         raise Irreversible("the LOCK answer has no Lock-Token, so the lock cannot be released")
     out = request("UNLOCK", facts.url, headers={"Lock-Token": f"<{token}>"})
     if facts.response_status == 201:
@@ -135,7 +137,8 @@ def released(facts: Facts) -> dict[str, Any]:
     """An UNLOCK changed no content; a released lock cannot be taken back with its token."""
     raise NothingToUndo(
         "an UNLOCK releases a lock and changes no content; a lock cannot be taken back with "
-        "its token (a lock the session took is released by undoing its LOCK)"
+        "its token (a lock the session took is released by undoing its LOCK)",
+        "request",
     )
 
 

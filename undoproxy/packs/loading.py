@@ -266,6 +266,12 @@ def _place(
         return rule
     out = _copy(rule, location_of(rule, Location("", 0)))
     out["match"] = new_match
+    snapshot = rule.get("snapshot")
+    url = snapshot.get("url") if isinstance(snapshot, dict) else None
+    if isinstance(snapshot, dict) and user and prefix and isinstance(url, str) and url[:1] == "/":
+        # the snapshot's path lives under the same prefix as the rule's own path
+        out["snapshot"] = _copy(snapshot, location_of(snapshot, Location("", 0)))
+        out["snapshot"]["url"] = prefix.rstrip("/") + url
     return out
 
 

@@ -1,10 +1,13 @@
 """Budgets and loop detection per session (`guard:` in the config and in rules).
 
-Counts live in memory; a session's total of forwarded mutations is loaded from the journal at
-start, so `max_mutations` survives a restart (the per-minute window and the repeat history
-start afresh: both are about the last minutes). A mutation counts once it is on its way
-upstream (allowed, or held and approved); a refused one does not. Repeats count every
-attempt, refused ones included: an agent that keeps retrying a denied write is in a loop too.
+Counts live in memory (exact in one process); a session's total of forwarded mutations is
+loaded from the journal at start, so `max_mutations` survives a restart. On a shared journal
+the database has the last word: each mutation's write-ahead is fenced on the same limits
+counted over every replica's steps (`limits`, `PgJournal.write_ahead`). The per-minute window
+and the repeat history start afresh at a restart: both are about the last minutes. A mutation
+counts once it is on its way upstream (allowed, or held and approved); a refused one does
+not. Repeats count every attempt, refused ones included: an agent that keeps retrying a
+denied write is in a loop too.
 
 Not an addon: the Gate asks `check()` before deciding and `record()` once a mutation goes on.
 """
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 
 from undoproxy.rules import Rule
 from undoproxy.rules.guards import Guard
+from undoproxy.store.base import Limit
 from undoproxy.store.journal import Journal
 
 Scope = tuple[str, str | None]  # (session, rule name or None for the whole session)
@@ -99,6 +103,17 @@ class Budgets:
                         "max_mutations_per_minute", guard.max_mutations_per_minute, scope
                     )
         return None
+
+    def limits(self, rule: Rule | None) -> list[Limit]:
+        """The budgets a mutation under `rule` counts against, for a shared journal to fence
+        its write-ahead on (every replica's mutations count there, not only this one's)."""
+        out: list[Limit] = []
+        for guard, (_, name) in self._scopes("", rule):
+            if guard.max_mutations:
+                out.append((name, "max_mutations", guard.max_mutations))
+            if guard.max_mutations_per_minute:
+                out.append((name, "max_mutations_per_minute", guard.max_mutations_per_minute))
+        return out
 
     def record(self, session: str, rule: Rule | None) -> None:
         """One more mutation of this session went on its way upstream."""

@@ -105,6 +105,8 @@ class Gate:
                 refuse_if_stopped(self.journal, flow, state, "by the time it was approved")
         if flow.response is None and state.is_mutation:
             self.budgets.record(state.session_id, rule)
+            if self.journal is not None and self.journal.shared:
+                state.limits = self.budgets.limits(rule)
 
     def _decide(self, flow: http.HTTPFlow, state: FlowState) -> None:
         """The action of the first matching rule, or of the defaults."""

@@ -29,6 +29,7 @@ from typing import Any
 from mitmproxy import connection, http
 
 from undoproxy import redact
+from undoproxy.compensators.record import nothing
 from undoproxy.inflight import InFlight
 from undoproxy.methods import is_mutation
 from undoproxy.proxy import answers
@@ -180,11 +181,20 @@ class FailClosed:
                 self.journal.ensure_session("default")
             state.answered = True
             if state.step is not None:
-                status = "unknown" if forwarded and state.is_mutation else "failed"
-                self.journal.update(state.step, status=status, error=error)
+                if forwarded and state.is_mutation:
+                    self.journal.update(state.step, status="unknown", error=error)
+                elif state.step.status in ("pending", "held"):
+                    kept = nothing("never forwarded: undoproxy failed before", "not_forwarded")
+                    self.journal.update(state.step, status="failed", error=error, compensation=kept)
+                else:  # it had an outcome already: only the error is added
+                    self.journal.update(state.step, error=error)
                 return state.step.id
             step = new_step(flow, state, self.journal, "failed")
             step.error = error
+            if state.is_mutation and not forwarded:
+                step.compensation = nothing(
+                    "never forwarded: undoproxy failed before", "not_forwarded"
+                )
             self.journal.record(step)
             return step.id
         except Exception:

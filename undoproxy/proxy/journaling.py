@@ -15,12 +15,15 @@ import time
 from mitmproxy import http
 
 from undoproxy import redact
+from undoproxy.compensators.record import nothing
 from undoproxy.errors import JournalError
 from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
+from undoproxy.proxy.budgets import OverBudget
 from undoproxy.proxy.gate import refuse_if_stopped
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import irreversible_reason, new_step, record_meta, response_fields
+from undoproxy.store.base import BudgetExceeded, SessionStopped
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step
 
@@ -45,13 +48,31 @@ class JournalAddon:
             return
         if not state.is_mutation:
             return
+        if not self.journal.in_touch:
+            # A replica that cannot hear the others may not know of a freeze, a rollback or a
+            # decision made there: it forwards no mutation until it has caught up.
+            log.warning(
+                "not forwarding %s %s: out of touch with the other replicas",
+                flow.request.method,
+                redact.url(flow.request.url),
+            )
+            state.answered = True
+            flow.response = answers.journal_unavailable(
+                "this replica lost its connection to the other replicas; it takes no "
+                "mutations until it has caught up (retry in a moment)"
+            )
+            if state.step is None:
+                self.journal.record(self._answered_step(flow, state))
+            else:
+                self.journal.update(state.step, status="denied", response_status=503)
+            return
         try:
             if state.step is None:
                 step = new_step(flow, state, self.journal, "pending")
                 self._say_irreversible(state, step.meta)
                 for name, value in state.pending_fields.items():
                     setattr(step, name, value)
-                await self.journal.write_ahead(step)
+                await self.journal.write_ahead(step, limits=state.limits)
             else:  # written earlier (held, then approved): now it is about to be sent
                 meta = record_meta(flow, state, with_response=False)
                 self._say_irreversible(state, meta)
@@ -65,6 +86,20 @@ class JournalAddon:
                 return
             self.inflight.started(state.session_id)
             state.in_flight = True
+        except BudgetExceeded as exc:  # counted over every replica's steps, in the database
+            state.step = None
+            state.answered = True
+            over = OverBudget(exc.limit, exc.value, exc.scope)
+            flow.response = answers.over_budget(state.session_id, over)
+            self.journal.record(self._answered_step(flow, state))
+        except SessionStopped:
+            # Another replica froze the session or started its rollback: the database said no
+            # to the write-ahead (nothing written). Refused with the reason, journaled as such.
+            state.step = None  # only a new step's write-ahead is fenced: it was not written
+            if not refuse_if_stopped(self.journal, flow, state, "on another replica"):
+                state.answered = True
+                flow.response = answers.session_closed(state.session_id, "not open")
+            self.journal.record(self._answered_step(flow, state))
         except JournalError as exc:
             log.error(
                 "not forwarding %s %s: %s",
@@ -129,6 +164,15 @@ class JournalAddon:
         # Connected upstream: the request may have been sent, so its outcome is unknown.
         server = flow.server_conn
         sent = server is not None and server.timestamp_tcp_setup is not None
+        if sent:
+            self.journal.update(state.step, status="unknown", error=message, duration_ms=duration)
+            return
         self.journal.update(
-            state.step, status="unknown" if sent else "failed", error=message, duration_ms=duration
+            state.step,
+            status="failed",
+            error=message,
+            duration_ms=duration,
+            compensation=nothing(
+                "never sent: the connection to the upstream was never made", "not_sent", message
+            ),
         )

@@ -16,6 +16,7 @@ background when the response did not say.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from typing import Any
 
@@ -24,23 +25,32 @@ from mitmproxy import http
 from undoproxy import redact
 from undoproxy.compensators.build import complete, prepare
 from undoproxy.compensators.model import (
+    AFTER_BODY_LIMIT,
     Facts,
     Plan,
     PreRead,
     Snapshot,
-    content_hash,
+    is_tombstone,
     parse_json,
     representation_headers,
 )
 from undoproxy.compensators.packs import reads_for
+from undoproxy.compensators.record import nothing
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
+from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
 from undoproxy.proxy.planning import plan_of
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import new_step
 from undoproxy.retry import RetryPolicy
 from undoproxy.store.journal import Journal
-from undoproxy.upstream import UpstreamClient, UpstreamError, snapshot_headers
+from undoproxy.upstream import (
+    BodyTooLarge,
+    UpstreamClient,
+    UpstreamError,
+    UpstreamResponse,
+    snapshot_headers,
+)
 
 log = logging.getLogger(__name__)
 SNAPSHOT_RETRY = RetryPolicy(attempts=3, base=0.1, cap=1.0, max_retry_after=5.0)
@@ -69,6 +79,10 @@ class Snapshots:
         self.box = box
         self.auto = auto
         self._background: set[asyncio.Task[None]] = set()
+        # Reads right after a write, per session, until their after-image is recorded: a
+        # rollback waits for them (its drift check and its "was the write at this URL"
+        # depend on them).
+        self.after_reads = InFlight()
 
     async def take(
         self,
@@ -79,7 +93,8 @@ class Snapshots:
         extra: dict[str, str] | None = None,
         body: bytes | None = None,
     ) -> Snapshot:
-        """GET `url` as the agent would, retrying where that is safe; raises SnapshotFailed.
+        """GET `url` as the agent would, retrying where that is safe; raises SnapshotFailed
+        (also when the target is over SNAPSHOT_LIMIT: read no further than that).
         Another read (a PROPFIND) gives its `method`, its own `extra` headers and `body`.
 
         The agent's credentials go only to the origin it sent the request to; request-specific
@@ -96,12 +111,7 @@ class Snapshots:
                 url, flow.request.url, redact.credential_headers(items), forward=forward
             ),
         }
-        try:
-            resp = await self.client.send_with_retries(
-                method, url, SNAPSHOT_RETRY, {**headers, **(extra or {})}, body or None
-            )
-        except UpstreamError as exc:
-            raise SnapshotFailed(str(exc)) from None
+        resp = await self._read(flow, url, method, {**headers, **(extra or {})}, body)
         if resp.status in (404, 410):
             return Snapshot(url, resp.status)
         challenge = resp.header("WWW-Authenticate")
@@ -113,8 +123,6 @@ class Snapshots:
             )
         if not 200 <= resp.status < 300:
             raise SnapshotFailed(f"{method} {redact.url(url)} answered HTTP {resp.status}")
-        if len(resp.body) > SNAPSHOT_LIMIT:
-            raise SnapshotFailed(f"the target is larger than {SNAPSHOT_LIMIT} bytes")
         return Snapshot(
             url,
             resp.status,
@@ -124,6 +132,27 @@ class Snapshots:
             resp.header("Content-Type"),
             representation_headers(list(resp.headers.items())),
         )
+
+    async def _read(
+        self,
+        flow: http.HTTPFlow,
+        url: str,
+        method: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        *,
+        keep: int = SNAPSHOT_LIMIT,
+        need_all: bool = True,
+    ) -> UpstreamResponse:
+        """One read of undoproxy's own, retried where safe; SnapshotFailed when it fails."""
+        try:
+            return await self.client.send_with_retries(
+                method, url, SNAPSHOT_RETRY, headers, body or None, keep=keep, need_all=need_all
+            )
+        except UpstreamError as exc:
+            raise SnapshotFailed(str(exc)) from None
+        except BodyTooLarge:
+            raise SnapshotFailed(f"the target is larger than {SNAPSHOT_LIMIT} bytes") from None
 
     def _plan(self, flow: http.HTTPFlow, state: FlowState) -> Plan:
         return plan_of(flow, state, auto=self.auto, signers=self.client.signers)
@@ -279,10 +308,16 @@ class Snapshots:
             redact.url(flow.request.url),
             detail,
         )
+        code = 401 if challenge else 502
         fields = {
             "status": "failed",
-            "response_status": 401 if challenge else 502,
+            "response_status": code,
             "error": f"not forwarded: the snapshot before it failed: {detail}",
+            "compensation": nothing(
+                f"never forwarded: the snapshot before it failed (undoproxy answered HTTP {code})",
+                "not_forwarded",
+                redact.text(detail),
+            ),
         }
         if state.step is None:
             step = new_step(flow, state, self.journal, "failed")
@@ -315,6 +350,7 @@ class Snapshots:
             snapshot_json = state.pending_fields.get("snapshot")
             state.outcome_fields["credentials"] = self._seal(flow, state, comp, snapshot_json)
         if comp.get("needs_after_read") and comp.get("snapshot_url") and state.step:
+            self.after_reads.started(state.session_id)
             task = asyncio.get_running_loop().create_task(
                 self._after_read(flow, state, comp), name="after-read"
             )
@@ -325,21 +361,48 @@ class Snapshots:
         self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
     ) -> None:
         # The response did not show the result of the write: read it, so that rollback can
-        # tell later whether someone else changed the target since.
+        # tell later whether someone else changed the target since (and, for a target that
+        # read as absent before, whether the write is where undoproxy reads at all). Large
+        # targets are hashed as they stream, never kept.
         try:
-            snap = await self.take(comp["snapshot_url"], flow)
+            await self._read_after(flow, state, comp)
+        finally:
+            self.after_reads.ended(state.session_id)
+
+    async def _read_after(
+        self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
+    ) -> None:
+        url = comp["snapshot_url"]
+        items = list(flow.request.headers.items(multi=True))
+        headers = {
+            **snapshot_headers(items),
+            **credentials_for(url, flow.request.url, redact.credential_headers(items)),
+        }
+        try:
+            resp = await self._read(
+                flow, url, "GET", headers, None, keep=AFTER_BODY_LIMIT, need_all=False
+            )
         except SnapshotFailed as exc:
             log.info("could not read the result of step %s: %s", state.step and state.step.id, exc)
             return
-        after = (
-            {"etag": snap.etag}
-            if snap.etag
-            else {"sha256": content_hash(snap.body), "exists": snap.existed}
-        )
-        if state.step is not None:
-            self.journal.update(
-                state.step, compensation={**comp, "after": after, "needs_after_read": False}
+        if not (200 <= resp.status < 300 or resp.status in (404, 410)):
+            log.info(
+                "could not read the result of step %s: HTTP %s",
+                state.step and state.step.id,
+                resp.status,
             )
+            return
+        exists = not (resp.status in (404, 410) or is_tombstone(resp.body))
+        after: dict[str, Any] = {"exists": exists}
+        if resp.header("ETag") and exists:
+            after["etag"] = resp.header("ETag")
+        elif exists:
+            after["sha256"] = resp.sha256
+            if resp.complete and parse_json(resp.body) is not None:
+                after["body_b64"] = base64.b64encode(resp.body).decode()  # sealed at rest
+        if state.step is not None:
+            # Only `after` changes: the outcome written before it keeps the rest of the record.
+            self.journal.set_after(state.step, after)
 
     async def done(self) -> None:
         """Let in-flight after-reads finish, then close the client."""

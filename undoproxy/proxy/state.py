@@ -34,6 +34,7 @@ class FlowState:
     view: Any = None  # the rules engine's RequestView, once built
     plan: Any = None  # the compensation plan (compensators), when there is one
     pending_fields: dict[str, Any] = field(default_factory=dict)  # written ahead with the step
+    limits: list[Any] = field(default_factory=list)  # budgets a shared journal fences it on
     outcome_fields: dict[str, Any] = field(default_factory=dict)  # written with the outcome
 
 

@@ -5,11 +5,13 @@ state before the step (or, for what it created, its absence); `unverified`, `fai
 `conflict`, `irreversible` or `skipped` otherwise (see `report.py`). A failing step never stops
 the others. A compensation is never sent twice blind: `compensating` is recorded before it
 goes out, and a later rollback decides such a step by reading its target. Only one rollback of
-a session runs at a time.
+a session runs at a time, anywhere (`store.base.Lease`). Phases: decide -> mark -> send ->
+verify (`executor.py` says which module does what).
 """
 
 from undoproxy.rollback.executor import Rollback, RollbackRefused
-from undoproxy.rollback.report import Report, StepResult, Verdict, fully_rolled_back, undone
+from undoproxy.rollback.report import Report, StepResult, fully_rolled_back, undone
+from undoproxy.rollback.verdict import Verdict
 
 __all__ = [
     "Report",

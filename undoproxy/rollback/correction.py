@@ -25,7 +25,7 @@ from undoproxy.compensators.record import InverseRequest
 from undoproxy.credentials import CredentialBox
 from undoproxy.errors import JournalError
 from undoproxy.rollback.outgoing import NotSendable, compensation_request
-from undoproxy.rollback.report import Verdict
+from undoproxy.rollback.verdict import Verdict
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step
 from undoproxy.upstream import UpstreamClient, UpstreamError

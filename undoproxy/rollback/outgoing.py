@@ -27,7 +27,15 @@ PRECONDITION_PARAMS = frozenset(
 )
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
-IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "PATCH"})
+# Retried after a 5xx or a lost connection: methods whose repeat leaves the same state. PATCH
+# is not one (RFC 5789), nor POST: a lost answer is decided by a read, never by sending again.
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "PROPFIND"})
+UNREADABLE_CREDENTIALS = (
+    "the agent's credentials for this step are encrypted with another credentials key (the "
+    "journal was opened by an installation whose state dir key differs): nothing is sent "
+    "without them; restore the original key (UNDOPROXY_CREDENTIALS_KEY or "
+    "<state_dir>/credentials.key) or undo this step by hand"
+)
 
 
 class NotSendable(ValueError):
@@ -95,6 +103,11 @@ def check_headers(headers: Mapping[str, str]) -> None:
             raise NotSendable(f"the header {name} contains a line break")
 
 
+def _readable(credentials: Mapping[str, str]) -> None:
+    if getattr(credentials, "unreadable", False):
+        raise NotSendable(UNREADABLE_CREDENTIALS)
+
+
 def _unredacted(url: str, step_url: str, credentials: Mapping[str, str]) -> str:
     """The URL as the agent sent it (the journal keeps secret query values redacted), with
     the agent's query-string credentials where the step's own origin needs them."""
@@ -107,6 +120,7 @@ def read_request(
     url: str, step_url: str, credentials: dict[str, str], accept: str | None
 ) -> Outgoing:
     """A GET of `url` with the agent's credentials where they belong."""
+    _readable(credentials)
     url = _unredacted(url, step_url, credentials)
     check_url(url)
     headers = credentials_for(url, step_url, credentials)
@@ -120,6 +134,7 @@ def compensation_request(
     record: InverseRequest, step_url: str, credentials: dict[str, str], *, force: bool
 ) -> Outgoing:
     """The inverse request a compensation record (or its fallback) describes."""
+    _readable(credentials)
     method = record.method
     if not _TOKEN.match(method):
         raise NotSendable(f"the method {method!r} is not valid")

@@ -1,19 +1,6 @@
-"""What rollback tells: one verdict per mutation step, and the report of one run.
+"""What rollback tells: the report of one run, and what the journal keeps of each step's undo.
 
-Report statuses (one per step, newest step first):
-    compensated   a read-back shows the target as before the step (or, for what the step
-                  created, gone): the only status that claims the step is undone
-    unverified    an undo was sent and accepted, but nothing can show it took effect (no
-                  snapshot to compare with, the target cannot be read back, or it came back
-                  under a new URL); never sent again, a person checks and resolves it
-    failed        not undone: the upstream refused or could not be reached, a read-back
-                  differs from the snapshot (the detail says how), or undoproxy could not build
-                  or send the request; a later rollback retries what is safe to retry
-    conflict      the target changed since the agent's write: nothing was overwritten
-    irreversible  no compensation exists, or the one inferred cannot be confirmed
-    skipped       nothing to undo (never forwarded, failed upstream, did not take effect,
-                  already compensated or resolved by a person)
-    planned       dry run only: what the real run would send
+The statuses and the evidence each rests on: `verdict.py`.
 """
 
 from __future__ import annotations
@@ -22,35 +9,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from undoproxy.lifecycle import StepStatus
+from undoproxy.rollback.verdict import COMPLETE, Evidence
 from undoproxy.store.records import Step
 
-REPORT_STATUSES = (
-    "compensated",
-    "unverified",
-    "failed",
-    "conflict",
-    "irreversible",
-    "skipped",
-    "planned",
-)
-# Only these leave a session `rolled_back`.
-COMPLETE = frozenset({"compensated", "skipped"})
-# Journal statuses of a mutation that leave nothing to undo: undone and shown so, undone by a
-# person, or never took effect (never forwarded, failed upstream).
-DONE_STATUSES = frozenset({"compensated", "resolved", "held", "denied", "failed"})
-# The journal's step status for each report status (skipped leaves the step as it was).
-JOURNAL_STATUS = {
-    "compensated": "compensated",
-    "unverified": "unverified",
-    "failed": "compensation_failed",
-    "conflict": "conflict",
-    "irreversible": "irreversible",
-}
+# Journal statuses of a mutation that leave nothing to undo: undone and shown so by a read,
+# undone by a person, or never forwarded (denied). A `held` step is not among them: until
+# its approval is decided it may still go out (a rollback denies it first).
+DONE_STATUSES = frozenset({StepStatus.COMPENSATED, StepStatus.RESOLVED, StepStatus.DENIED})
 
 
 def undone(step: Step) -> bool:
     """True when a step needs nothing more from a rollback: a read, or a mutation compensated,
-    resolved by a person, or with nothing to undo (a rollback found it so: `skipped`)."""
+    resolved by a person, never forwarded, or with nothing to undo as a rollback found with
+    evidence (`skipped`)."""
     if not step.is_mutation:
         return True
     return step.status in DONE_STATUSES or step.compensation_status in COMPLETE
@@ -63,31 +35,22 @@ def fully_rolled_back(steps: Iterable[Step]) -> bool:
 
 
 @dataclass
-class Verdict:
-    """What became of one step in one run: a report status and what a person should know."""
-
-    status: str
-    detail: str
-    # The compensation record to store with the result (attempts counted), when it changed.
-    compensation: dict[str, Any] | None = None
-    # The ETag seen when the target was last read as restored (If-Match for an older step).
-    etag: str | None = None
-
-
-@dataclass
 class Attempts:
     """What rollback did with a step's compensation so far; kept as `compensation["rollback"]`.
 
     `sent` counts the compensations started (each recorded durably before it went out);
     `answer` is the status of the last one's answer (None: no answer arrived, it may have
     been applied); `refused` says the answer refused it although it was 2xx (Slack `ok:
-    false`); `recreated_at` is where a recreate's POST fallback put the resource.
+    false`); `recreated_at` is where a recreate's POST fallback put the resource; `seen`
+    says a read by undoproxy found the compensation's target there before it was sent (what
+    lets a DELETE answered 404 count as "gone").
     """
 
     sent: int = 0
     answer: int | None = None
     refused: bool = False
     recreated_at: str | None = None
+    seen: bool = False
 
     @classmethod
     def of(cls, comp: dict[str, Any]) -> Attempts:
@@ -98,6 +61,7 @@ class Attempts:
             answer=data.get("answer"),
             refused=bool(data.get("refused")),
             recreated_at=data.get("recreated_at"),
+            seen=bool(data.get("seen")),
         )
 
     def into(self, comp: dict[str, Any]) -> dict[str, Any]:
@@ -111,6 +75,7 @@ class Attempts:
             "answer": self.answer,
             "refused": self.refused,
             "recreated_at": self.recreated_at,
+            "seen": self.seen,
         }
 
     @property
@@ -138,6 +103,7 @@ class StepResult:
     status: str
     detail: str
     compensation: dict[str, str] | None = None
+    evidence: Evidence | None = None  # the read (or journal fact) the status rests on
 
     def to_json(self) -> dict[str, Any]:
         """The report entry (URLs redacted)."""
@@ -149,6 +115,7 @@ class StepResult:
             "status": self.status,
             "detail": self.detail,
             "compensation": dict(self.compensation) if self.compensation else None,
+            "evidence": self.evidence.as_json() if self.evidence is not None else None,
         }
 
 

@@ -23,14 +23,56 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from undoproxy.errors import UndoproxyError
+from undoproxy.errors import JournalError, UndoproxyError
 from undoproxy.events import EventBus
+from undoproxy.lifecycle import Settlement
 from undoproxy.store.records import Session, Step
 from undoproxy.store.writer import Params
 
 
 class Busy(UndoproxyError):
     """Another process holds what was asked for (a session's rollback)."""
+
+
+class SessionStopped(JournalError):
+    """A mutation's write-ahead found its session not taking mutations (frozen, committed, or
+    being rolled back) in the database: nothing was written, nothing may be forwarded."""
+
+
+class BudgetExceeded(JournalError):
+    """A mutation's write-ahead found a `guard:` budget of its session used up, as every
+    replica's steps count in the database: nothing was written, nothing may be forwarded."""
+
+    def __init__(self, limit: str, value: int, scope: str) -> None:
+        super().__init__(f"{scope}: {limit} {value} reached")
+        self.limit, self.value, self.scope = limit, value, scope
+
+
+# A budget a write-ahead is fenced on: (rule name, or None for the whole session; the limit,
+# `max_mutations` or `max_mutations_per_minute`; its value).
+Limit = tuple[str | None, str, int]
+
+
+class LeaseLost(JournalError):
+    """This rollback no longer holds its session's lease: it sends nothing more."""
+
+
+class Lease:
+    """A rollback's hold on its session (`Store.exclusive`): while it is valid no other
+    rollback of the session runs, anywhere. `check()` raises LeaseLost once it may have
+    lapsed; a compensation is sent only right after a check, so two rollbacks never send
+    for the same session at once. In one process (SQLite) it never lapses while held."""
+
+    token: str = ""
+
+    def check(self) -> None:
+        """Raise LeaseLost unless the lease is still certainly held."""
+        if getattr(self, "released", False):
+            raise LeaseLost("the rollback's hold on the session was released")
+
+    def release(self) -> None:
+        """Give the lease up (nothing more is sent under it)."""
+        self.released = True
 
 
 class Writer(Protocol):
@@ -92,8 +134,8 @@ class Store(Protocol):
     def next_seq(self, session_id: str) -> int:
         """The next step number of a session (a shared journal may renumber at commit)."""
 
-    async def write_ahead(self, step: Step) -> None:
-        """Insert a step, awaited."""
+    async def write_ahead(self, step: Step, *, limits: Sequence[Limit] = ()) -> None:
+        """Insert a step, awaited (a shared journal fences a mutation on its budgets)."""
 
     def record(self, step: Step) -> None:
         """Insert a step, batched."""
@@ -104,8 +146,16 @@ class Store(Protocol):
     async def update_now(self, step: Step, **values: Any) -> None:
         """Change a step, awaited."""
 
-    async def mark_compensating(self, steps: Sequence[Step], attempts: Mapping[str, Any]) -> None:
-        """Mark steps `compensating` with these attempts, in one commit (awaited)."""
+    async def mark_compensating(
+        self, steps: Sequence[Step], attempts: Mapping[str, Any], *, lease: Lease
+    ) -> None:
+        """Mark steps `compensating` with these attempts, in one commit, under `lease`."""
+
+    async def mark(self, step: Step, compensation: dict[str, Any], *, lease: Lease) -> None:
+        """Mark one step `compensating` with its record, under `lease` (awaited)."""
+
+    async def settle(self, step: Step, settlement: Settlement) -> None:
+        """Record a rollback's verdict on a step (awaited): the only way to write one."""
 
     async def steps(
         self, session_id: str, *, mutations_only: bool = False, exchange: bool = True
@@ -121,8 +171,8 @@ class Store(Protocol):
     async def query(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """A read-only query, rows as dicts."""
 
-    def exclusive(self, session_id: str) -> AbstractAsyncContextManager[None]:
-        """Held while a session is rolled back; Busy when held elsewhere."""
+    def exclusive(self, session_id: str) -> AbstractAsyncContextManager[Lease]:
+        """Held while a session is rolled back (its Lease); Busy when held elsewhere."""
 
     async def settled(self, session_id: str) -> None:
         """Return once no other process has a mutation of the session on its way."""

@@ -23,12 +23,15 @@ from typing import Any
 
 import aiosqlite
 
+from undoproxy import lifecycle
 from undoproxy.credentials import CredentialBox
 from undoproxy.errors import JournalError
 from undoproxy.events import EventBus
+from undoproxy.lifecycle import IllegalTransition, Settlement
 from undoproxy.store import schema
+from undoproxy.store.base import Lease, Limit
 from undoproxy.store.lock import JournalLock
-from undoproxy.store.records import STEP_COLUMNS, Session, Step, encode_fields
+from undoproxy.store.records import STEP_COLUMNS, Session, Step, at_rest, encode_fields
 from undoproxy.store.sqlite_writer import JournalWriter
 from undoproxy.store.writer import QueuedWriter
 
@@ -57,6 +60,8 @@ class Journal:
     # Another process may share this journal (PostgreSQL): sessions, approvals and rollbacks
     # may then change elsewhere, and the journal tells about it through `events`.
     shared = False
+    # False while a shared journal cannot hear the other processes: no mutation goes out then.
+    in_touch = True
     _INSERT_SESSION = (
         f"INSERT INTO sessions ({', '.join(_SESSION_COLUMNS)}) "
         f"VALUES ({', '.join('?' for _ in _SESSION_COLUMNS)})"
@@ -146,11 +151,16 @@ class Journal:
         return "1=1", ()
 
     @contextlib.asynccontextmanager
-    async def exclusive(self, session_id: str) -> AsyncIterator[None]:
+    async def exclusive(self, session_id: str) -> AsyncIterator[Lease]:
         """Held while a session is rolled back; raises Busy when another process holds it.
 
-        One process per SQLite journal (`lock`): the rollback's own bookkeeping suffices."""
-        yield
+        One process per SQLite journal (`lock`): the rollback's own bookkeeping suffices,
+        and its lease holds until it is released."""
+        lease = Lease()
+        try:
+            yield lease
+        finally:
+            lease.release()
 
     async def claim_key(self, fingerprint: str) -> None:
         """Check the credentials key against the one the journal was started with (shared
@@ -251,8 +261,9 @@ class Journal:
 
     # --- steps ----------------------------------------------------------------------------
 
-    async def write_ahead(self, step: Step) -> None:
+    async def write_ahead(self, step: Step, *, limits: Sequence[Limit] = ()) -> None:
         """Insert a step and wait until it is committed and fsync'd (raises JournalError).
+        `limits` are for a shared journal (one process counts its budgets exactly itself).
 
         A shared journal numbers the step in its session as it commits it: `step.seq` is then
         the number the database gave it."""
@@ -277,8 +288,11 @@ class Journal:
 
         A mutation's outcome after its response is such progress: if it is lost in a crash the
         step stays `pending`, becomes `unknown` at restart, and rollback reads the target.
-        Use `update_now` for anything a later decision depends on.
+        Use `update_now` for anything a later decision depends on. A status change must be
+        one the lifecycle allows (IllegalTransition otherwise); a verdict goes through
+        `settle`.
         """
+        _guard(step, values)
         for k, v in values.items():
             setattr(step, k, v)
         self.writer.submit(*self._update_sql(step.id, values))
@@ -289,32 +303,96 @@ class Journal:
         marks, compensation results, a held step about to be sent).
 
         `step` is changed only once the database has the values; JournalError leaves both
-        as they were.
+        as they were. Status changes are checked as `update` says.
         """
+        _guard(step, values)
+        await self._update_now(step, values)
+
+    async def _update_now(self, step: Step, values: dict[str, Any]) -> None:
         await self.writer.write(*self._update_sql(step.id, values))
+        self._applied(step, values)
+
+    def _applied(self, step: Step, values: Mapping[str, Any]) -> None:
+        """The database has `values`: the in-memory step and the event bus follow."""
         for k, v in values.items():
             setattr(step, k, v)
         self.events.publish("step", step_event(step))
 
+    async def mark(self, step: Step, compensation: dict[str, Any], *, lease: Lease) -> None:
+        """Mark one step `compensating` with its compensation record (attempts counted),
+        awaited, while `lease` holds: what a rollback writes right before it sends (LeaseLost
+        when the lease lapsed; JournalError when it could not be written)."""
+        values = {"status": lifecycle.StepStatus.COMPENSATING.value, "compensation": compensation}
+        _guard(step, values)
+        lease.check()
+        sql, params = self._update_sql(step.id, values)
+        await self._fenced(sql, params, step.session_id, lease, 1)
+        self._applied(step, values)
+
+    async def settle(self, step: Step, settlement: Settlement) -> None:
+        """Record a rollback's verdict on a step, awaited: the only way a step becomes
+        `compensated` or gets a report status (`compensation_status`). A `Settlement` cannot
+        claim compensated or skipped without its evidence (lifecycle.py)."""
+        values: dict[str, Any] = {
+            "compensation_status": settlement.report,
+            "compensation_detail": settlement.detail,
+        }
+        if settlement.compensation is not None:
+            values["compensation"] = settlement.compensation
+        if settlement.status is not None:
+            lifecycle.check(step.status, settlement.status)
+            values["status"] = settlement.status.value
+        await self._update_now(step, values)
+
+    def set_after(self, step: Step, after: dict[str, Any]) -> None:
+        """Record what a read right after the step found (its after-image), batched: only the
+        record's `after` changes, never the rest (written before it, from a fresher copy)."""
+        sealed = at_rest("compensation", {"after": after}, self.box.encrypt)["after"]
+        self.writer.submit(
+            f"UPDATE steps SET updated_at=?, compensation={self._WITH_AFTER} WHERE id=?",
+            (time.time(), json.dumps(sealed), step.id),
+        )
+        if step.compensation is not None:
+            step.compensation = {**step.compensation, "after": after, "needs_after_read": False}
+
+    # The compensation record with `after` (a JSON parameter) set in it, in the database.
+    _WITH_AFTER = (
+        "json_set(coalesce(compensation, '{}'), '$.after', json(?), '$.needs_after_read', "
+        "json('false'))"
+    )
     # The compensation record with `rollback` (a JSON parameter) set in it, in the database.
     _WITH_ATTEMPTS = "json_set(coalesce(compensation, '{}'), '$.rollback', json(?))"
 
-    async def mark_compensating(self, steps: Sequence[Step], attempts: Mapping[str, Any]) -> None:
+    async def mark_compensating(
+        self, steps: Sequence[Step], attempts: Mapping[str, Any], *, lease: Lease
+    ) -> None:
         """Mark `steps` `compensating`, `attempts` recorded in each compensation record, in one
-        statement and one commit (awaited): what a rollback writes before it sends their
-        compensations. The Step objects are left as they were (the rollback decides on them)."""
+        statement and one commit (awaited), while `lease` holds: what a rollback writes before
+        it sends their compensations. The Step objects are left as they were (the rollback
+        decides on them)."""
         if not steps:
             return
+        for step in steps:
+            lifecycle.check(step.status, lifecycle.StepStatus.COMPENSATING)
+        lease.check()
         now = time.time()
         ids = ", ".join("?" for _ in steps)
-        await self.writer.write(
+        sql = (
             f"UPDATE steps SET status='compensating', updated_at=?, "
-            f"compensation={self._WITH_ATTEMPTS} WHERE id IN ({ids})",
-            (now, json.dumps(dict(attempts)), *(step.id for step in steps)),
+            f"compensation={self._WITH_ATTEMPTS} WHERE id IN ({ids})"
         )
+        params = [now, json.dumps(dict(attempts)), *(step.id for step in steps)]
+        await self._fenced(sql, params, steps[0].session_id, lease, len(steps))
         for step in steps:
             marked = dataclasses.replace(step, status="compensating", updated_at=now)
             self.events.publish("step", step_event(marked))
+
+    async def _fenced(
+        self, sql: str, params: list[Any], session_id: str, lease: Lease, rows: int
+    ) -> None:
+        """Run a rollback's write while its lease holds (one process here: checked already);
+        a shared journal adds the fence to the statement itself."""
+        await self.writer.write(sql, params)
 
     async def steps(
         self, session_id: str, *, mutations_only: bool = False, exchange: bool = True
@@ -349,6 +427,17 @@ class Journal:
         assert self._read is not None
         async with self._read.execute(sql, tuple(params)) as cur:
             return [dict(r) for r in await cur.fetchall()]
+
+
+def _guard(step: Step, values: Mapping[str, Any]) -> None:
+    """Refuse a status change the lifecycle does not allow, and any verdict written outside
+    `settle` (IllegalTransition: a bug of ours, raised before anything is written)."""
+    status = values.get("status")
+    compensated = lifecycle.StepStatus.COMPENSATED
+    if status is not None and lifecycle.check(step.status, status) == compensated:
+        raise IllegalTransition("a step becomes compensated only through settle()")
+    if "compensation_status" in values:
+        raise IllegalTransition("a verdict is recorded only through settle()")
 
 
 async def _recover_writes(writer: QueuedWriter) -> None:

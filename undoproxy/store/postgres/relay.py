@@ -7,16 +7,22 @@ about. A notification carries at most ~8000 bytes: an approval travels as its id
 (its body and diff can be large), anything else too large is not relayed (logged).
 
 In: the replica's presence connection LISTENs; each event from another replica is handled
-in order by one task:
+in order by one task, acting on what the database says, never on what a notification says
+(any role that can LOGIN may `pg_notify` on the channel):
 - `session`: the session is reloaded from the database into the cache (its state, frozen
   flag and token are what other hooks decide on), handed to `EventBus.arrived` (the
   approvals queue denies what it holds of a session frozen or being rolled back) and
   re-published;
-- `freeze`: the global kill switch is reloaded, handed to `arrived`, re-published;
+- `freeze`: the global kill switch is reloaded and handed to `arrived` as the database has it;
 - `approval`: handed to `EventBus.arrived` (the approvals queue releases or refuses a request
   it holds, and re-publishes the approval as it now is);
 - anything else (`step`): re-published as it came.
 Re-published events are `remote`: the page's stream sees them, metrics and this relay do not.
+
+A replica whose listening connection is lost no longer hears the others (a freeze, a rollback,
+a decision made there): it is out of touch (`PgJournal.in_touch`) and takes no mutation (503)
+until it has connected again, reloaded every session it holds and the kill switch, and had its
+held requests checked against the database (`rejoined`).
 """
 
 from __future__ import annotations
@@ -53,11 +59,15 @@ class Relay:
 
     async def start(self, conn: asyncpg.Connection) -> None:
         """Listen on `conn` and relay this replica's events from now on."""
+        await self.listen_on(conn)
+        self._task = asyncio.get_running_loop().create_task(self._handle(), name="journal-relay")
+        self._stop_listening = self.journal.events.listen(self._publish)
+
+    async def listen_on(self, conn: asyncpg.Connection) -> None:
+        """Hear the other replicas on `conn` (a new one, after the last was lost)."""
         self._conn = conn
         await conn.add_listener(CHANNEL, self._received)
         conn.add_termination_listener(self._lost)
-        self._task = asyncio.get_running_loop().create_task(self._handle(), name="journal-relay")
-        self._stop_listening = self.journal.events.listen(self._publish)
 
     async def stop(self) -> None:
         """Stop relaying; what is gathered is sent with the writer's last batch."""
@@ -124,9 +134,10 @@ class Relay:
 
     def _lost(self, conn: Any) -> None:
         log.error(
-            "the journal's listening connection was lost: events of other replicas no longer "
-            "reach this one; restart it"
+            "the journal's listening connection was lost: this replica takes no mutations "
+            "until it hears the other replicas again"
         )
+        self.journal.lost_touch()
 
     async def _handle(self) -> None:
         while True:
@@ -146,8 +157,9 @@ class Relay:
                 events.publish("session", summary, remote=True)
         elif kind == "freeze":
             await journal.reload_frozen_all()
-            events.arrived("freeze", data)
-            events.publish("freeze", data, remote=True)
+            known = {"all": journal.frozen_all}  # the database's word, not the payload's
+            events.arrived("freeze", known)
+            events.publish("freeze", known, remote=True)
         elif kind == "approval":
             events.arrived(kind, data)
         else:

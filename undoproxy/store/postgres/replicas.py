@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from undoproxy.store.journal import session_summary, step_event
-from undoproxy.store.postgres import schema
+from undoproxy.store.postgres import leases, schema
 from undoproxy.store.postgres.writer import returned
 from undoproxy.store.records import Step
 
@@ -105,10 +105,14 @@ class Replicas:
                     await self.journal.query(
                         "SELECT pg_terminate_backend(?)", (row["backend_pid"],)
                     )
-        for row in await self.journal.query("SELECT id FROM sessions WHERE state='rolling_back'"):
-            async with self._locked(schema.ROLLBACK_CLASS, row["id"]) as free:
-                if free:
-                    await self._abandoned_rollback(row["id"])
+        # A rollback whose lease lapsed (its replica died, or lost the database) left its
+        # session `rolling_back`: nothing more is sent under that lease (leases.py).
+        for row in await self.journal.query(
+            "SELECT id FROM sessions WHERE state='rolling_back' AND NOT EXISTS "
+            "(SELECT 1 FROM rollback_leases l WHERE l.session_id = sessions.id "
+            f"AND l.until > {leases.NOW})"
+        ):
+            await self._abandoned_rollback(row["id"])
 
     async def settle(self, name: str, why: str) -> None:
         """Settle a gone replica's pending steps and held requests (see the docstring)."""

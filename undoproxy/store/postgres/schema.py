@@ -24,7 +24,6 @@ import asyncpg
 # a name) for the per-session and per-replica ones.
 MIGRATE = 0x756E646F_0001  # "undo" + 1
 CHAIN = 0x756E646F_0002  # every write of chained rows, across replicas, one at a time
-ROLLBACK_CLASS = 0x756E_6401  # (class, hashtext(session id)): a rollback runs
 REPLICA_CLASS = 0x756E_6402  # (class, hashtext(replica name)): the replica is alive
 CHANNEL = "undoproxy"  # LISTEN/NOTIFY channel of journal events
 
@@ -128,6 +127,18 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         CREATE INDEX steps_by_replica ON steps (replica, status);
         CREATE INDEX approvals_by_replica ON approvals (replica, state);
+        """,
+    ),
+    (
+        # A rollback's lease on its session (`leases.py`): who holds it and until when, in
+        # the database's clock; every `compensating` mark is fenced on it.
+        "pg_002_rollback_leases",
+        """
+        CREATE TABLE rollback_leases (
+            session_id text PRIMARY KEY,
+            token text NOT NULL,
+            until double precision NOT NULL
+        );
         """,
     ),
 )
