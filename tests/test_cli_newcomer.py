@@ -88,6 +88,7 @@ def test_env_warns_when_the_session_takes_no_mutations(
     """`env` still prints the environment (an agent started this way stays on undoproxy:
     refused, never unjournaled) and says on stderr why its writes will fail and what to do;
     the agent's refusal says the same."""
+    session_id += "-demo"  # the suggested name is demo-2 (an id ending -<digits> counts on)
     proxy.api("POST", "/api/sessions", json={"id": session_id})
     assert proxy.api("POST", f"/api/sessions/{session_id}/{close}", json={}).ok
     done = proxy.cli("env", "--session", session_id)
@@ -221,3 +222,13 @@ def test_ctrl_c_inside_any_command_is_one_line() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130
     assert done.stderr == "undoproxy: interrupted\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "suggested"), [("demo", "demo-2"), ("demo-2", "demo-3"), ("a-b", "a-b-2")]
+)
+def test_env_suggests_the_next_free_looking_name(name: str, suggested: str) -> None:
+    from undoproxy.cli.agents import closed_warning
+
+    warning = closed_warning({"id": name, "state": "rolled_back"}, frozen_all=False)
+    assert warning is not None and warning.endswith(f"--session {suggested}")
