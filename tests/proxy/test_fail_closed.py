@@ -336,3 +336,24 @@ async def test_a_fault_on_a_websocket_message_drops_it_and_closes_the_socket(
         upstream.stop()
     assert got == ["first"]
     assert running.guard.failures == 1
+
+
+@pytest.mark.parametrize("method", ["PUT", "GET"])
+async def test_a_request_nothing_decided_about_is_never_forwarded(
+    running: server.Running, tls_upstream: ThreadedServer, method: str
+) -> None:
+    # A bug that leaves no state on the flow (identity returning without deciding, say) is
+    # not an exception: the first hook that decides finds nothing and refuses, reads too.
+    identity = running.guard.chain[0]
+
+    async def forgets(flow: Any) -> None:
+        return None
+
+    identity.requestheaders = forgets  # type: ignore[method-assign]
+    marker = f"/no-state/{uuid.uuid4().hex}"
+    agent = _agent(running, f"ns-{uuid.uuid4().hex[:8]}")
+    answer = await asyncio.to_thread(
+        lambda: agent.request(method, tls_upstream.base_url + marker, timeout=30)
+    )
+    assert answer.status_code >= 500 and answer.json()["error"].startswith("undoproxy_")
+    assert [r for r in received(tls_upstream) if r.path == marker] == []

@@ -8,6 +8,7 @@ token `undoproxy run` generated in ~/.undoproxy).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--all", action="store_true", help="print every step")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--wide", action="store_true", help="print each step's reason in full")
     p = command("rollback", control.cmd_rollback, admin=True)
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
@@ -203,8 +205,8 @@ def positive(value: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `undoproxy` console script."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except ConfigError as exc:
         err(f"undoproxy: configuration error:\n{exc}")
@@ -212,9 +214,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UndoproxyError as exc:
         # The admin API's message may quote outside text (a session id, a URL): one line.
         err(f"undoproxy: {shown(exc)}")
-        return 1
+        return int(getattr(exc, "exit_status", 1))
     except KeyboardInterrupt:
+        print("undoproxy: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`undoproxy show X | head -1`): like any Unix filter, stop
+        # quietly. What is still buffered for stdout goes nowhere, not into a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a filter a pipe stopped
 
 
 if __name__ == "__main__":
