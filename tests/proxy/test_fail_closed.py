@@ -141,8 +141,9 @@ async def test_an_exception_in_any_hook_forwards_nothing(
     assert body["step"]
     await running.journal.writer.flush()
     steps = await running.journal.steps(session)
-    if addon_name == "SessionIdentity":
+    if addon_name == "SessionIdentity" and hook != "request":
         # Which session the request belongs to is what failed: it is journaled in `default`.
+        # (Its `request` hook, the trailers' check, runs once the session is known.)
         step = await running.journal.step(body["step"])
         assert step is not None and step.session_id == "default"
         steps = [step]
@@ -335,3 +336,24 @@ async def test_a_fault_on_a_websocket_message_drops_it_and_closes_the_socket(
         upstream.stop()
     assert got == ["first"]
     assert running.guard.failures == 1
+
+
+@pytest.mark.parametrize("method", ["PUT", "GET"])
+async def test_a_request_nothing_decided_about_is_never_forwarded(
+    running: server.Running, tls_upstream: ThreadedServer, method: str
+) -> None:
+    # A bug that leaves no state on the flow (identity returning without deciding, say) is
+    # not an exception: the first hook that decides finds nothing and refuses, reads too.
+    identity = running.guard.chain[0]
+
+    async def forgets(flow: Any) -> None:
+        return None
+
+    identity.requestheaders = forgets  # type: ignore[method-assign]
+    marker = f"/no-state/{uuid.uuid4().hex}"
+    agent = _agent(running, f"ns-{uuid.uuid4().hex[:8]}")
+    answer = await asyncio.to_thread(
+        lambda: agent.request(method, tls_upstream.base_url + marker, timeout=30)
+    )
+    assert answer.status_code >= 500 and answer.json()["error"].startswith("undoproxy_")
+    assert [r for r in received(tls_upstream) if r.path == marker] == []

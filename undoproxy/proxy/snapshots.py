@@ -7,10 +7,11 @@ known of the compensation, and hand it to the journal addon to be written ahead 
 GET (a PROPFIND of the properties, a GET of a MOVE's destination: `PreRead`s, see
 `compensators/packs.reads_for`): they are sent the same way, and their answers are given to it
 and stored with the compensation (`reads`). If the snapshot, or a read the compensator needs,
-fails the mutation is not forwarded (502), unless the rule says `on_snapshot_error: proceed`
-(then the step is irreversible). After the response: complete the compensation from it, and
-record what the agent's write produced (the drift-check baseline), re-reading the target in the
-background when the response did not say.
+fails the mutation is not forwarded (502), a signed request included, unless the rule says
+`on_snapshot_error: proceed` (then the step is irreversible; under `defaults.mutations:
+hold-irreversible` only once a person approved it). After the response: complete the
+compensation from it, and record what the agent's write produced (the drift-check baseline),
+re-reading the target in the background when the response did not say.
 """
 
 from __future__ import annotations
@@ -77,12 +78,19 @@ class Snapshots:
     """Takes snapshots and records compensations for every mutation."""
 
     def __init__(
-        self, journal: Journal, client: UpstreamClient, box: CredentialBox, *, auto: bool
+        self,
+        journal: Journal,
+        client: UpstreamClient,
+        box: CredentialBox,
+        *,
+        auto: bool,
+        hold_irreversible: bool = False,
     ) -> None:
         self.journal = journal
         self.client = client
         self.box = box
         self.auto = auto
+        self.hold_irreversible = hold_irreversible
         self._background: set[asyncio.Task[None]] = set()
         # Reads right after a write, per session, until their after-image is recorded: a
         # rollback waits for them (its drift check and its "was the write at this URL"
@@ -237,15 +245,30 @@ class Snapshots:
         detail = redact.text(detail)
         if signed is None:
             return f"the snapshot failed ({detail}) and the rule says on_snapshot_error: proceed"
+        return (
+            f"{self._signed_failure(flow, detail)}; the rule says on_snapshot_error: proceed, so "
+            "it was forwarded without one"
+        )
+
+    def _signed_failure(self, flow: http.HTTPFlow, detail: str) -> str:
+        """What failed when undoproxy's own signed read before a signed request failed."""
         entry = self.client.signers.for_url(flow.request.url)
         key = f" with the {entry.describe()}" if entry is not None else ""
-        # The agent's write is not blocked: what failed is undoproxy's own signed read.
         return (
-            f"the snapshot before it, signed by undoproxy{key}, failed ({detail}); the request "
-            "is signed, so it was forwarded without one. Check that key in signing: (a 403 "
-            "says it is wrong or lacks the right to read: s3:GetObject / s3:GetObjectTagging, "
-            "dynamodb:GetItem / DescribeTable, secretsmanager:GetSecretValue, ssm:GetParameter)"
+            f"the snapshot before it, signed by undoproxy{key}, failed ({detail}); check that "
+            "key in signing: (a 403 says it is wrong or lacks the read permission, e.g. "
+            "s3:GetObject / s3:GetObjectTagging, dynamodb:GetItem / DescribeTable, "
+            "secretsmanager:GetSecretValue, ssm:GetParameter)"
         )
+
+    def _may_proceed(self, state: FlowState) -> bool:
+        """A step whose snapshot failed goes on irreversible only when its rule says so, and
+        not under `defaults.mutations: hold-irreversible` unless a person approved it: such
+        a step would have been held had its irreversibility been known."""
+        rule = state.rule
+        if rule is None or rule.on_snapshot_error != "proceed":
+            return False
+        return not self.hold_irreversible or state.action == "hold"  # held, then approved
 
     async def preview(self, flow: http.HTTPFlow, state: FlowState) -> dict[str, Any] | None:
         """The target as it is now, for the approval page's diff (None when not applicable)."""
@@ -275,9 +298,9 @@ class Snapshots:
                 snapshot = snapshots[plan.snapshot_url]
             except SnapshotFailed as exc:
                 signed = signature_scheme(list(flow.request.headers.items(multi=True)))
-                rule = state.rule
-                if signed is None and (rule is None or rule.on_snapshot_error != "proceed"):
-                    self._block(flow, state, plan.snapshot_url, str(exc), exc.challenge)
+                if not self._may_proceed(state):
+                    detail = str(exc) if signed is None else self._signed_failure(flow, str(exc))
+                    self._block(flow, state, plan.snapshot_url, detail, exc.challenge)
                     return
                 snapshots = {}
                 plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
@@ -297,12 +320,10 @@ class Snapshots:
         except Irreversible as exc:
             plan = Plan("irreversible", reason=str(exc))
         except SnapshotFailed as exc:
-            # As for a snapshot: a signed request is not blocked by undoproxy's own signed
-            # read failing (its key is what is wrong); it goes, irreversible, saying so.
             signed = signature_scheme(items)
-            rule = state.rule
-            if signed is None and (rule is None or rule.on_snapshot_error != "proceed"):
-                self._block(flow, state, flow.request.url, str(exc), exc.challenge)
+            if not self._may_proceed(state):
+                detail = str(exc) if signed is None else self._signed_failure(flow, str(exc))
+                self._block(flow, state, flow.request.url, detail, exc.challenge)
                 return
             plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
         comp = prepare(plan, facts)

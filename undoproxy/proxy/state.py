@@ -46,3 +46,17 @@ def state_of(flow: http.HTTPFlow) -> FlowState | None:
     """The state an earlier hook left on the flow, if any."""
     value = flow.metadata.get(KEY)
     return value if isinstance(value, FlowState) else None
+
+
+class MissingState(RuntimeError):
+    """A request reached a deciding hook with no state: undoproxy does not know whose it is
+    or what was decided, so it is not forwarded (the fail-closed guard answers it)."""
+
+
+def decided_state(flow: http.HTTPFlow) -> FlowState | None:
+    """The flow's state for a hook that decides whether it goes upstream: None when
+    undoproxy has answered it already; MissingState when nothing decided about it at all."""
+    state = state_of(flow)
+    if state is None and flow.response is None:
+        raise MissingState(f"no state for {flow.request.method} request {flow.id}")
+    return state
