@@ -53,7 +53,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Undoproxy]:
 def put(
     session: requests.Session | Any, jupyter: Jupyter, path: str, model: dict[str, Any]
 ) -> None:
-    r = session.put(f"{jupyter.base_url}/api/contents/{path}", json=model, timeout=30)
+    r = session.put(f"{jupyter.api}/contents/{path}", json=model, timeout=30)
     assert r.status_code in (200, 201), r.text
 
 
@@ -85,7 +85,7 @@ def test_saves_renames_deletes_and_creations_are_undone(
 ) -> None:
     before = jupyter.tree()
     agent = up.agent(session_id, headers=jupyter.auth)
-    base = f"{jupyter.base_url}/api/contents/{folder}"
+    base = f"{jupyter.api}/contents/{folder}"
     put(
         agent,
         jupyter,
@@ -130,3 +130,25 @@ def test_a_file_saved_again_by_someone_else_is_not_overwritten(
     report = up.rollback(session_id)
     assert report["steps"][0]["status"] in ("conflict", "failed"), report
     assert (jupyter.dir / "root" / folder / "notes.txt").read_text() == "a person\n"
+
+
+def test_under_a_base_url_a_rename_is_renamed_back_there(
+    tmp_path_factory: pytest.TempPathFactory, up: Undoproxy, session_id: str
+) -> None:
+    """JupyterHub serves each user's server under /user/NAME/: the undo of a rename goes to
+    the new path under that prefix, never to a bare /api/contents/."""
+    hub = Jupyter(tmp_path_factory.mktemp("hub"), base="/user/ada/")
+    hub.start()
+    try:
+        direct = requests.Session()
+        direct.headers.update(hub.auth)
+        put(direct, hub, "plan.txt", {"type": "file", "format": "text", "content": "v1\n"})
+        before = hub.tree()
+        agent = up.agent(session_id, headers=hub.auth)
+        put(agent, hub, "plan.txt", {"type": "file", "format": "text", "content": "v2\n"})
+        renamed = agent.patch(f"{hub.api}/contents/plan.txt", json={"path": "final.txt"})
+        assert renamed.status_code == 200, renamed.text
+        rollback_ends(up, session_id, "rolled_back", ["compensated", "compensated"])
+        assert hub.tree() == before
+    finally:
+        hub.stop()

@@ -284,6 +284,10 @@ class Jupyter(Server):
     name = "jupyter"
     token = "jupyter-SECRET-3"
 
+    def __init__(self, directory: Path, base: str = "/") -> None:
+        super().__init__(directory)
+        self.base = base  # the server's base URL (JupyterHub serves /user/NAME/)
+
     def command(self) -> list[str]:
         binary = _need(
             VENV / "jupyter" / "bin" / "jupyter-server", "Jupyter Server (.venv/jupyter)"
@@ -298,6 +302,7 @@ class Jupyter(Server):
             f"--ServerApp.root_dir={self.dir / 'root'}",
             "--ServerApp.port_retries=0",
             "--allow-root",
+            f"--ServerApp.base_url={self.base}",
             "--FileContentsManager.delete_to_trash=False",
         ]
 
@@ -310,9 +315,14 @@ class Jupyter(Server):
 
     def ready(self) -> bool:
         try:
-            return requests.get(f"{self.base_url}/api/status", headers=self.auth, timeout=2).ok
+            return requests.get(f"{self.api}/status", headers=self.auth, timeout=2).ok
         except requests.RequestException:
             return False
+
+    @property
+    def api(self) -> str:
+        """http://127.0.0.1:PORT/BASE/api"""
+        return f"{self.base_url}{self.base.rstrip('/')}/api"
 
     @property
     def auth(self) -> dict[str, str]:

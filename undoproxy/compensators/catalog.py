@@ -10,6 +10,7 @@ from undoproxy.compensators import (
     dynamodb,
     etcd,
     github,
+    jupyter,
     matrix,
     postgrest,
     s3,
@@ -40,6 +41,7 @@ PACKS: dict[str, str] = {
     **chroma.DESCRIPTIONS,
     **datasette.DESCRIPTIONS,
     **postgrest.DESCRIPTIONS,
+    **jupyter.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

@@ -19,6 +19,7 @@ from undoproxy.compensators import (
     dynamodb,
     etcd,
     github,
+    jupyter,
     matrix,
     postgrest,
     rpc,
@@ -43,6 +44,7 @@ PACK_BUILDERS: dict[str, Callable[[Facts], dict[str, Any]]] = {
     **chroma.BUILDERS,
     **datasette.BUILDERS,
     **postgrest.BUILDERS,
+    **jupyter.BUILDERS,
 }
 
 # Packs that read more than the request's own URL before forwarding: name -> the URLs to GET,
@@ -62,6 +64,7 @@ PACK_READS: dict[str, Callable[[Facts], list[PreRead]]] = {
     **chroma.READS,
     **datasette.READS,
     **postgrest.READS,
+    **jupyter.READS,
 }
 
 

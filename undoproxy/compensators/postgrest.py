@@ -58,9 +58,10 @@ def _quoted(value: Any) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _by_keys(table_url: str, pk: str, keys: list[Any]) -> str:
+def _by_keys(table_url: str, pk: str, keys: list[Any], *, ordered: bool = True) -> str:
     values = ",".join(_quoted(k) for k in keys)
-    return f"{table_url}?{urlencode({pk: f'in.({values})', 'order': f'{pk}.asc'})}"
+    query = {pk: f"in.({values})", **({"order": f"{pk}.asc"} if ordered else {})}
+    return f"{table_url}?{urlencode(query)}"
 
 
 def _pk(facts: Facts) -> str:
@@ -151,7 +152,7 @@ def undo_rows(facts: Facts) -> dict[str, Any]:
         if before:
             requests.append(_upsert(table_url, before))
         else:
-            requests.append(request("DELETE", _by_keys(table_url, pk, keys)))
+            requests.append(request("DELETE", _by_keys(table_url, pk, keys, ordered=False)))
     elif facts.method == "DELETE":
         if not before:
             raise NothingToUndo("a read just before the delete found no row it matches", "read")
@@ -176,7 +177,7 @@ def undo_rows(facts: Facts) -> dict[str, Any]:
         if upsert and old:
             requests.append(_upsert(table_url, list(old.values())))
         if created:
-            requests.append(request("DELETE", _by_keys(table_url, pk, created)))
+            requests.append(request("DELETE", _by_keys(table_url, pk, created, ordered=False)))
         if not requests:
             raise NothingToUndo("every row it names was there before and left as it was", "read")
     out = dict(requests[0])
