@@ -66,6 +66,7 @@ def _hooks() -> list[tuple[str, str]]:
 def _chain() -> list[type]:
     from undoproxy.proxy import (
         bodies,
+        brokering,
         gate,
         holds,
         identity,
@@ -82,10 +83,12 @@ def _chain() -> list[type]:
         websockets.WebSockets,
         streaming.Streaming,
         bodies.Bodies,
+        brokering.KeepSecretsFromAgent,
         gate.Gate,
         holds.Holds,
         snapshots.Snapshots,
         journaling.JournalAddon,
+        brokering.InjectSecrets,
     ]
 
 

@@ -40,6 +40,8 @@ class FlowState:
     pending_fields: dict[str, Any] = field(default_factory=dict)  # written ahead with the step
     limits: list[Any] = field(default_factory=list)  # budgets a shared journal fences it on
     outcome_fields: dict[str, Any] = field(default_factory=dict)  # written with the outcome
+    brokered: tuple[str, ...] = ()  # secrets put into the request (proxy/brokering.py)
+    as_agent_sent: Any = None  # (header fields, path) before they were put in, restored after
 
 
 def state_of(flow: http.HTTPFlow) -> FlowState | None:
