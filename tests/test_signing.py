@@ -169,7 +169,7 @@ def test_config_signing_loads_and_hides_the_secret(
         # signature, else the one its host names, else us-east-1/s3.
         (
             "https://127.0.0.1:9000/",
-            {"Authorization": "AWS4-HMAC-SHA256 Credential=P/20260101/eu-west-2/dynamodb/aws4_request"},
+            {"Authorization": "AWS4-HMAC-SHA256 Credential=P/20260101/eu-west-2/dynamodb/x"},
             "eu-west-2/dynamodb",
         ),
         ("https://dynamodb.ap-south-1.amazonaws.com/", {}, "ap-south-1/dynamodb"),

@@ -19,25 +19,25 @@ OPENAI = "sk-real-openai-0123456789"
 GITHUB = "ghp_real_github_0123456789"
 KEY_ID, SECRET = "AKIAREALKEY000000001", "real/aws+secret/0123456789"
 ENV = {"OPENAI_API_KEY": OPENAI, "AWS_KEY": KEY_ID, "AWS_SECRET": SECRET}
-CONFIG = f"""
+CONFIG = """
 - name: openai
   host: api.openai.com
   header: Authorization
-  value: "Bearer ${{OPENAI_API_KEY}}"
+  value: "Bearer ${OPENAI_API_KEY}"
 - name: github
   host: api.github.com
   header: Authorization
-  value: "token ${{file:gh}}"
+  value: "token ${file:gh}"
   env: GITHUB_TOKEN
   sessions: [research-*]
 - name: github-everyone
   host: api.github.com
   header: Authorization
-  value: "token ${{file:gh}}"
+  value: "token ${file:gh}"
   env: GITHUB_TOKEN
 - name: aws
   host: ["*.amazonaws.com", "127.0.0.1:9000"]
-  aws: {{access_key_id: "${{AWS_KEY}}", secret_access_key: "${{AWS_SECRET}}"}}
+  aws: {access_key_id: "${AWS_KEY}", secret_access_key: "${AWS_SECRET}"}
   sessions: [research-*]
 """
 
@@ -114,9 +114,10 @@ def test_undoproxys_own_requests_get_the_secrets_of_their_session(broker: Broker
     assert f"Credential={KEY_ID}/" in signed["Authorization"]
     key = AwsKey(KEY_ID, SECRET, "us-east-1", "s3")
     _, expected = sign_v4(key, "PUT", url, {"Content-Type": "text/plain"}, b"x")
-    assert signed["Authorization"].split("Signature=")[0] == expected["Authorization"].split(
-        "Signature="
-    )[0]
+    assert (
+        signed["Authorization"].split("Signature=")[0]
+        == expected["Authorization"].split("Signature=")[0]
+    )
     assert used == [("openai", "undoproxy"), ("aws", "undoproxy")]
     assert broker.uses == {("openai", "undoproxy"): 1, ("aws", "undoproxy"): 1}
 
@@ -134,7 +135,7 @@ def test_signing_entries_come_before_the_secrets_aws_keys(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("places", "found"),
     [
-        ([("the Authorization header", f"Bearer {OPENAI}")], ("openai", "the Authorization header")),
+        ([("the X-Key header", f"Bearer {OPENAI}")], ("openai", "the X-Key header")),
         ([("the URL", f"https://x.example/?k={OPENAI}")], ("openai", "the URL")),
         ([("the body", f'{{"k": "{SECRET}"}}'.encode())], ("aws", "the body")),
         ([("the body", b"k=real%2Faws%2Bsecret%2F0123456789")], ("aws", "the body")),  # form

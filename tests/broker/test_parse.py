@@ -129,9 +129,7 @@ def test_entries_as_written(tmp_path: Path) -> None:
         ("  - just a string\n", 2, "each entry is a mapping"),
     ],
 )
-def test_mistakes_carry_file_and_line(
-    tmp_path: Path, entry: str, line: int, message: str
-) -> None:
+def test_mistakes_carry_file_and_line(tmp_path: Path, entry: str, line: int, message: str) -> None:
     with pytest.raises(ConfigErrors) as caught:
         _load(tmp_path, "secrets:\n" + entry)
     text = str(caught.value)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 from aiohttp import web
 
 from tests.conftest import received
@@ -64,7 +63,9 @@ def api(upstream_cert: tuple[Path, Path]) -> Iterator[tuple[ThreadedServer, rest
 
 
 @pytest.fixture(scope="module")
-def redirector(upstream_cert: tuple[Path, Path], tls_upstream: ThreadedServer) -> Iterator[Redirector]:
+def redirector(
+    upstream_cert: tuple[Path, Path], tls_upstream: ThreadedServer
+) -> Iterator[Redirector]:
     r = Redirector(upstream_cert)
     r.target = f"https://localhost:{tls_upstream.port}"  # another origin: another host name
     yield r
@@ -215,7 +216,9 @@ def test_undoproxy_snapshots_and_undoes_with_the_real_value(
     state.items["1"] = {"id": "1", "name": "Ada"}
     before = state.snapshot()
     session = _session()
-    agent = up.agent(session, headers={"Authorization": "Bearer undoproxy-placeholder-test-rest-key"})
+    agent = up.agent(
+        session, headers={"Authorization": "Bearer undoproxy-placeholder-test-rest-key"}
+    )
     assert agent.put(f"{server.base_url}/items/1", json={"name": "Eve"}).ok
     created = agent.post(f"{server.base_url}/items", json={"name": "new"})
     assert created.status_code == 201
@@ -284,7 +287,9 @@ def test_doctor_names_a_real_value_in_the_agents_environment(up: Undoproxy) -> N
     _no_real_value(out)
 
 
-def test_rotation_without_restart(up: Undoproxy, tls_upstream: ThreadedServer, key_file: Path) -> None:
+def test_rotation_without_restart(
+    up: Undoproxy, tls_upstream: ThreadedServer, key_file: Path
+) -> None:
     agent = up.agent(_session())
     key_file.write_text(ECHO_ROTATED + "\n")
     assert up.proc is not None
