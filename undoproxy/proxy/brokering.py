@@ -13,8 +13,9 @@ answering the agent itself and forwarding nothing,
   `STREAMING-AWS4-HMAC-SHA256-PAYLOAD`): 400 `undoproxy_secret_unsupported`, since the chunk
   signatures cannot be made again with another key.
 Once the request went upstream it puts back the request as the agent sent it (placeholders),
-so that what is journaled after the answer (reads are written then) never holds a secret, and
-in a buffered answer that echoes a secret it puts the placeholder in its place.
+so that what is journaled after the answer (reads are written then) never holds a secret
+(`steps.new_step` also records the agent's version while the secrets are in, for a failure in
+between), and in a buffered answer that echoes a secret it puts the placeholder in its place.
 
 `InjectSecrets` runs last, after the journal wrote the request ahead, with no await before
 mitmproxy forwards it: it sets each entry's header to the real value (whatever the agent sent
@@ -214,7 +215,7 @@ class InjectSecrets:
         injection = self.broker.for_request(request.url, state.session_id)
         if not injection:
             return
-        state.as_agent_sent = (request.headers.fields, request.path)
+        state.as_agent_sent = (request.headers.fields, request.path, request.url)
         for name, value in injection.headers.items():
             request.headers[name] = value
         if injection.signer is not None:
@@ -248,7 +249,7 @@ def _as_agent_sent(flow: http.HTTPFlow) -> FlowState | None:
     """Put back the request's headers and path as the agent sent them (once it went)."""
     state = state_of(flow)
     if state is not None and state.as_agent_sent is not None:
-        flow.request.headers.fields, flow.request.path = state.as_agent_sent
+        flow.request.headers.fields, flow.request.path, _ = state.as_agent_sent
         state.as_agent_sent = None
     return state
 
