@@ -30,12 +30,14 @@ from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconf
 from mitmproxy.master import Master
 
 from undoproxy import cabundle, retention
+from undoproxy.admin import tls_api
 from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.queue import ApprovalQueue
 from undoproxy.broker import Broker
 from undoproxy.broker import api as secrets_api
+from undoproxy.client import ADMIN_URL_FILE, listen_url
 from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
@@ -52,6 +54,7 @@ from undoproxy.proxy.layers import ProtocolPolicy, journal_refusals
 from undoproxy.proxy.names import OneName
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
+from undoproxy.proxy.tls_failures import TlsFailures
 from undoproxy.proxy.websockets import WebSockets
 from undoproxy.rollback import Rollback
 from undoproxy.runtimes import listeners as listener_routes
@@ -61,7 +64,7 @@ from undoproxy.store.journal import Journal
 from undoproxy.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
-TOKEN_FILE = "admin-token"
+TOKEN_FILE = "admin-token"  # undoproxy.client.TOKEN_FILE: where the CLI reads it
 
 
 @dataclass
@@ -155,6 +158,7 @@ async def start(config: Config) -> Running:
         signers=broker.signers,
     )
     sockets = WebSockets(journal, proxy_server, gate.budgets)
+    tls_failures = TlsFailures(identity.session_of)
     # Order matters: each hook runs addon by addon, in this order. The session comes first
     # (whatever is refused is filed in it), then the checks that refuse a request before it
     # is judged (names, WebSocket upgrades as mutations), then the bodies are decoded for
@@ -187,6 +191,7 @@ async def start(config: Config) -> Running:
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
         guard := FailClosed(ours, journal, inflight, close_socket=sockets.close),
+        tls_failures,  # observes failed handshakes only (doctor's evidence): outside the guard
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held
     # request never even opens a connection to its upstream.
@@ -212,8 +217,11 @@ async def start(config: Config) -> Running:
         after_reads=snapshots.after_reads,
     )
 
-    app = create_app(context, extra_routes=[*listener_routes.ROUTES, *secrets_api.ROUTES])
+    app = create_app(
+        context, extra_routes=[*listener_routes.ROUTES, *tls_api.ROUTES, *secrets_api.ROUTES]
+    )
     app[listener_routes.LISTENERS] = listeners
+    app[tls_api.TLS_FAILURES] = tls_failures
     secrets_api.setup(app, broker)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -308,8 +316,26 @@ def banner(config: Config, running: Running) -> str:
     else:
         lines.append(f"  token    kept in {kept} (the CLI reads it from there)")
     cli = cli_command()
-    lines.append(f'Agents: eval "$({cli} env --session NAME)"   Check: {cli} doctor   Stop: Ctrl-C')
+    # The CLI finds this instance (its admin URL and token) through the same config file.
+    c = f" -c {shlex.quote(shown_path(config.source))}" if config.source else ""
+    lines.append(
+        f'Agents: eval "$({cli} env{c} --session NAME)"   Check: {cli} doctor{c}   Stop: Ctrl-C'
+    )
     return "\n".join(lines)
+
+
+def announce(config: Config, running: Running) -> Path:
+    """Write the admin URL into the state dir, where the CLI looks for the running undoproxy."""
+    path = config.state_dir / ADMIN_URL_FILE
+    path.write_text(listen_url(*running.admin_address) + "\n")
+    return path
+
+
+def withdraw(path: Path, running: Running) -> None:
+    """Remove the admin URL `announce` wrote, unless another undoproxy has replaced it since."""
+    with contextlib.suppress(OSError):
+        if path.read_text().strip() == listen_url(*running.admin_address):
+            path.unlink()
 
 
 def cli_command() -> str:
@@ -321,11 +347,17 @@ def cli_command() -> str:
     on_path = shutil.which("undoproxy")
     if on_path and Path(on_path).resolve() == script.resolve():
         return "undoproxy"
+    return shlex.quote(shown_path(script))
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a user pastes it into a shell here: relative below the working directory,
+    else absolute."""
+    absolute = Path(path).absolute()
     try:
-        shown = str(script.absolute().relative_to(Path.cwd()))
+        return str(absolute.relative_to(Path.cwd()))
     except ValueError:
-        shown = str(script.absolute())
-    return shlex.quote(shown)
+        return str(absolute)
 
 
 def _quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -350,6 +382,7 @@ async def serve(config: Config) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, running.master.shutdown)
     loop.add_signal_handler(signal.SIGHUP, secrets_api.reload_and_say, running.broker)
+    announced = announce(config, running)
     # Only once a signal stops us cleanly: whoever waits for the banner may stop us at once.
     print(banner(config, running), flush=True)
     try:
@@ -357,5 +390,6 @@ async def serve(config: Config) -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        withdraw(announced, running)
         await stop(running)
         print("undoproxy stopped; journal flushed", flush=True)

@@ -3,6 +3,8 @@ the real response or the contract's 403; webhooks are told; nothing held leaks t
 
 from __future__ import annotations
 
+import base64
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from tests.support.holding import (
     dead_url,
     decide,
     in_thread,
+    until,
     wait_pending,
     wait_state,
     webhook_app,
@@ -241,9 +244,23 @@ def test_an_agent_that_gives_up_leaves_an_expired_approval(
     up: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     marker = uuid.uuid4().hex
-    with up.agent(session_id) as s, pytest.raises(requests.exceptions.ReadTimeout):
-        s.delete(f"{plain_upstream.base_url}/held/{marker}", timeout=1.5)
-    [approval] = up.api("GET", f"/api/approvals?session={session_id}").json()["approvals"]
+    # A plain-HTTP request through the proxy on a socket of our own, closed once its approval
+    # is pending (never after a fixed time: under load the hold may come later than that).
+    credentials = base64.b64encode(f"{session_id}:x".encode()).decode()
+    host = plain_upstream.base_url.removeprefix("http://")
+    agent = socket.create_connection(("127.0.0.1", up.proxy_port), timeout=30)
+    agent.sendall(
+        f"DELETE {plain_upstream.base_url}/held/{marker} HTTP/1.1\r\nHost: {host}\r\n"
+        f"Proxy-Authorization: Basic {credentials}\r\nContent-Length: 0\r\n\r\n".encode()
+    )
+    approval = until(
+        lambda: next(
+            iter(up.api("GET", f"/api/approvals?session={session_id}").json()["approvals"]), None
+        ),
+        timeout=30,
+        what="the request is held",
+    )
+    agent.close()  # the agent gives up
     expired = wait_state(up, approval["id"], "expired")
     assert "disconnected" in expired["reason"]
     assert decide(up, approval["id"], "approve").status_code == 409

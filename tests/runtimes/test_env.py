@@ -156,7 +156,7 @@ def test_a_session_port_is_the_session_in_token_mode_behind_the_rules_and_across
 
 def test_every_start_says_where_the_token_is_and_names_the_cli_as_run(tmp_path: Path) -> None:
     def banner() -> str:  # start() returns at the address lines: wait for the last line
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while "Agents:" not in "".join(proxy.output) and time.monotonic() < deadline:
             time.sleep(0.02)
         return "".join(proxy.output)
@@ -174,7 +174,11 @@ def test_every_start_says_where_the_token_is_and_names_the_cli_as_run(tmp_path: 
     assert "(generated; kept in " + kept in first
     assert f"token    kept in {kept}" in again
     # Started as `python -m undoproxy`: that is how the banner tells to run the CLI.
-    assert f'eval "$({sys.executable} -m undoproxy env --session NAME)"' in again
+    # Started as `python -m undoproxy -c FILE`: that is how the banner tells to run the CLI,
+    # with the same config, through which the CLI finds this instance and its token.
+    config = proxy.config_path
+    assert f'eval "$({sys.executable} -m undoproxy env -c {config} --session NAME)"' in again
+    assert f"Check: {sys.executable} -m undoproxy doctor -c {config}" in again
     assert f"{tmp_path}/journal.db" in again
 
 

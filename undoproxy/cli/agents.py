@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ def _agent_setup(args: argparse.Namespace) -> Any:
     proxy_url, session_port = info["proxy_url"], None
     if args.session:
         created = admin.call("POST", "/api/sessions", {"id": args.session})
+        warning = closed_warning(created, bool(info.get("frozen_all")))
+        if warning:
+            err(warning)
         proxy_url = created["proxy_url"]
         own = admin.call("POST", f"/api/sessions/{quote(args.session, safe='')}/listener")
         session_port = (own["host"], int(own["port"]))
@@ -51,6 +55,37 @@ def _agent_setup(args: argparse.Namespace) -> Any:
     )
 
 
+def closed_warning(session: dict[str, Any], frozen_all: bool) -> str | None:
+    """What `env` tells on stderr when the session it hands out takes no mutations, or None.
+
+    Still printing the environment keeps an agent that is already started this way on
+    undoproxy (refused, not unjournaled); the warning says why its writes will fail and what
+    to do instead."""
+    name = session["id"]
+    if session["state"] != "open":
+        return (
+            f"undoproxy: warning: session {name} is {session['state']}: its mutations will be "
+            f"refused (409 undoproxy_session_closed), its reads still pass. Start the agent in "
+            f"a new session instead: --session {_next_name(name)}"
+        )
+    if session.get("frozen") or frozen_all:
+        which = "every session is frozen" if frozen_all else f"session {name} is frozen"
+        fix = "undoproxy unfreeze --all" if frozen_all else f"undoproxy unfreeze {name}"
+        return (
+            f"undoproxy: warning: {which}: its mutations will be refused "
+            f"(403 undoproxy_frozen), its reads still pass, until `{fix}`"
+        )
+    return None
+
+
+def _next_name(name: str) -> str:
+    """`demo` -> `demo-2`, `demo-2` -> `demo-3`: a suggestion for a fresh session id."""
+    stem, _, number = name.rpartition("-")
+    if stem and number.isdigit():
+        return f"{stem}-{int(number) + 1}"
+    return f"{name}-2"
+
+
 def agent_env(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The (name, value) pairs `undoproxy env` prints; `undoproxy exec` runs CMD with them."""
     from undoproxy.runtimes.env import variables
@@ -71,10 +106,13 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Name every client (or CMD) that goes around undoproxy or distrusts its CA, with the fix."""
-    from undoproxy.doctor import PROBES, Doctor, report
+    from undoproxy.doctor import PROBES, CommandNotFound, Doctor, report
     from undoproxy.doctor.placeholders import real_secrets_in
     from undoproxy.runtimes.env import variables
 
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if command and shutil.which(command[0]) is None:  # before anything is started or printed
+        raise CommandNotFound(f"command not found: {command[0]}", 127)
     args.session = args.session or "doctor"
     setup = _agent_setup(args)
     admin = client(args)
@@ -86,9 +124,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         {**os.environ, **dict(variables(setup))},
         lambda: admin.call("GET", path)["steps"],
         ports,
+        tls_failures=lambda: admin.call("GET", path + "/tls-failures")["failures"],
         **({"host": args.canary_host} if args.canary_host else {}),
     )
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     out(
         f"undoproxy doctor: session {args.session}, canary on {doctor.host} "
         f"(a private CA nothing trusts)"

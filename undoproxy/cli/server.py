@@ -12,13 +12,16 @@ from typing import Any
 
 from undoproxy.cli.options import config_path
 from undoproxy.cli.output import err, out
-from undoproxy.config import load_config
 from undoproxy.errors import UndoproxyError
+
+# undoproxy.config (rules, packs) is imported inside the commands that read a config: it was
+# most of the start-up time of every other command (0.7 of 0.8 s).
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the proxy and the admin API/page in one process until Ctrl-C or SIGTERM."""
     from undoproxy import eventloop
+    from undoproxy.config import load_config
     from undoproxy.server import serve
 
     config = load_config(config_path(args))
@@ -74,6 +77,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     an earlier verify printed (`--since last`: the last one that passed)."""
     import sqlite3
 
+    from undoproxy.config import load_config
     from undoproxy.store import chain, chainscan
 
     config = load_config(config_path(args))

@@ -67,9 +67,48 @@ def timeline(args: argparse.Namespace) -> dict[str, Any]:
     return session
 
 
+WHY_WIDTH = 80  # characters of a step's reason `show` prints; --wide prints all of it
+
+
+def why(step: dict[str, Any]) -> str:
+    """Why a step did not simply succeed (or cannot be undone), from what the journal says:
+    the step's own error, its compensation's detail once that did not end well, or why no
+    compensation exists."""
+    comp = step.get("compensation") or {}
+    if step.get("error"):
+        return str(step["error"])
+    if comp.get("status") not in (None, "compensated", "skipped") and comp.get("detail"):
+        return str(comp["detail"])
+    if comp.get("reason"):
+        return f"no undo: {comp['reason']}"
+    if step["status"] == "failed" and step.get("response_status"):
+        return f"the upstream answered {step['response_status']}"
+    return ""
+
+
+def _step_row(step: dict[str, Any], wide: bool) -> list[str]:
+    reason = " ".join(why(step).split())
+    if not wide and len(reason) > WHY_WIDTH:
+        reason = reason[: WHY_WIDTH - 1] + "…"
+    return [
+        str(step["seq"]),
+        step["id"],
+        time.strftime("%H:%M:%S", time.localtime(step["created_at"])),
+        step.get("kind") or ("mutation" if step.get("mutation") else "read"),
+        step["method"],
+        step["url"],
+        step["rule"] or "-",
+        step["status"],
+        str(step["response_status"] or "-"),
+        _compensation_text(step),
+        reason,
+    ]
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    """Show a session's timeline: its newest steps (--limit N, --all for every one), each
-    with its rule, status and compensation."""
+    """Show a session's timeline: its newest steps (--limit N, --all for every one), each with
+    its id, kind, rule, status, compensation and, where it failed or cannot be undone, why
+    (--wide: the reasons in full)."""
     session = timeline(args)
     if args.json:
         out(json.dumps(session, indent=2))
@@ -89,21 +128,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not session["steps"]:
         out("no requests yet")
         return 0
-    rows = []
-    for s in session["steps"]:
-        rows.append(
-            [
-                str(s["seq"]),
-                time.strftime("%H:%M:%S", time.localtime(s["created_at"])),
-                s["method"],
-                s["url"],
-                s["rule"] or "-",
-                s["status"],
-                str(s["response_status"] or "-"),
-                _compensation_text(s),
-            ]
-        )
-    out(table(rows, ["#", "TIME", "METHOD", "URL", "RULE", "STATUS", "HTTP", "COMPENSATION"]))
+    rows = [_step_row(s, args.wide) for s in session["steps"]]
+    header = ["#", "STEP", "TIME", "KIND", "METHOD", "URL", "RULE", "STATUS", "HTTP"]
+    header += ["COMPENSATION", "WHY"]
+    out(table(rows, header))
     intents = [(s["seq"], s["intent"]) for s in session["steps"] if s.get("intent")]
     if intents:
         out("intents:")

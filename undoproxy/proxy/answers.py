@@ -21,6 +21,21 @@ def json_response(
     )
 
 
+def reason_of(response: http.Response) -> str | None:
+    """`reason (error)` of an answer undoproxy wrote itself (None for any other); not
+    `error: reason`, which the redaction of free text reads as a secret-named field."""
+    if response.headers.get("X-Undoproxy") != "1":
+        return None
+    try:
+        body = json.loads(response.get_content(strict=False) or b"")
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("error"), str):
+        return None
+    words = body.get("reason") or body.get("message")
+    return f"{words} ({body['error']})" if isinstance(words, str) and words else body["error"]
+
+
 def proxy_auth_required(message: str) -> http.Response:
     """407: the session is unknown or its token is wrong (token mode)."""
     return json_response(
@@ -58,8 +73,9 @@ def session_closed(session_id: str, state: str) -> http.Response:
             "error": "undoproxy_session_closed",
             "session": session_id,
             "state": state,
-            "message": f"session {session_id!r} is {state}: it takes no new mutations; "
-            "start a new session",
+            "message": f"session {session_id!r} is {state}: it takes no new mutations (they "
+            "would land outside its rollback or commit); reads still pass",
+            "fix": 'start the agent in a new session: eval "$(undoproxy env --session NEW_NAME)"',
         },
     )
 
@@ -73,8 +89,10 @@ def frozen(session_id: str, scope: str) -> http.Response:
             "error": "undoproxy_frozen",
             "session": session_id,
             "scope": scope,
-            "message": f"{what} frozen: mutations are refused until it is unfrozen; "
-            "reads still pass",
+            "message": f"{what} frozen (the kill switch): mutations are refused until it is "
+            "unfrozen; reads still pass",
+            "fix": "wait for a person to turn the kill switch off: `undoproxy unfreeze "
+            + ("--all`" if scope == "all" else f"{session_id}`"),
         },
         {"X-Undoproxy-Decision": "denied"},
     )

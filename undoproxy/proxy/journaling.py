@@ -127,6 +127,7 @@ class JournalAddon:
         step = new_step(flow, state, self.journal, "denied")
         assert flow.response is not None
         step.response_status = flow.response.status_code
+        step.error = answers.reason_of(flow.response)  # what `show` gives as the step's why
         step.duration_ms = round((time.monotonic() - state.started) * 1000, 3)
         return step
 
