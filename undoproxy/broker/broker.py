@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlsplit
 
 from undoproxy.broker.entries import Loaded, SecretEntry
 from undoproxy.broker.values import Unavailable
@@ -119,7 +119,7 @@ class Broker:
                 headers[entry.header] = item.header_value
                 names.append(entry.name)
             elif signer is None and item.aws is not None:
-                signer = item.signing_entries()[0]
+                signer = next(e for e in item.signing_entries() if e.host.matches(*_at(url)))
                 names.append(entry.name)
         return Injection(headers, signer, tuple(names))
 
@@ -252,6 +252,12 @@ class Broker:
                     listener(name, by)
                 except Exception:  # a listener's bug must never fail a request
                     log.exception("secret use listener failed")
+
+
+def _at(url: str) -> tuple[str, int]:
+    """(host, port) of a URL whose entry matched (so it has both)."""
+    parts = urlsplit(url)
+    return (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def _mark(name: str) -> str:

@@ -53,7 +53,7 @@ class KeepSecretsFromAgent:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> None:
         """Refuse a real value, a placeholder out of scope, or signed body chunks."""
         state = state_of(flow)
         if state is None or flow.response is not None or not self.broker.entries:
