@@ -256,6 +256,7 @@ def _shape(text: str) -> list[str]:
         line = re.sub(r"^(  token    )\S+", r"\1TOKEN", line)
         line = re.sub(r"\b(st|s|ap)_[0-9a-f]{16}\b", "ID", line)
         line = re.sub(r"\b[0-9a-f]{64}\b", "HASH", line)
+        line = re.sub(r"\bchain key [0-9a-f]{16}\b", "chain key KEY", line)
         line = re.sub(r"\(session [\w.~-]+,", "(session NAME,", line)
         line = re.sub(r"\d+", "N", line)
         out.append(line.rstrip())

@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from undoproxy.errors import AdminClientError
@@ -22,6 +22,14 @@ STATE_DIR_ENV = "UNDOPROXY_STATE_DIR"
 # CLI's own admin calls (and the admin token) through undoproxy, journaled as the session's
 # steps, and a rollback would try to undo the rollback request itself.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ByteSink(Protocol):
+    """Where `download` writes: a binary file, or anything that takes bytes."""
+
+    def write(self, data: bytes, /) -> object:
+        """Take the next bytes."""
+        ...
 
 
 ADMIN_URL_FILE = "admin-url"  # in the state dir: the admin URL of the undoproxy running there
@@ -124,7 +132,7 @@ class AdminClient:
 
     total = 0  # the total of the list `pages` followed last
 
-    def download(self, path: str, sink: BinaryIO) -> bytes:
+    def download(self, path: str, sink: ByteSink) -> bytes:
         """`GET path` written to `sink` as it arrives (nothing held in memory); the last
         byte written (b"" when none)."""
         request = self._request("GET", path, None)

@@ -16,6 +16,7 @@ from typing import Any
 from undoproxy import __version__
 from undoproxy.cli import agents, approvals, control, rules, server, sessions
 from undoproxy.cli.options import add_admin, add_config
+from undoproxy.cli.output import err, shown
 from undoproxy.errors import ConfigError, UndoproxyError
 from undoproxy.store.approvals import APPROVAL_STATES
 
@@ -151,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable)",
     )
     p.add_argument(
+        "--key-file",
+        action="append",
+        metavar="FILE",
+        help="an earlier credentials key (a Fernet key file), for entries written before the "
+        "key was changed (repeatable; the current one is found as undoproxy run finds it)",
+    )
+    p.add_argument(
         "--since",
         metavar="HEAD",
         help="check only what came after this head (an earlier verify printed it); "
@@ -201,10 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
     except ConfigError as exc:
-        print(f"undoproxy: configuration error:\n{exc}", file=sys.stderr)
+        err(f"undoproxy: configuration error:\n{exc}")
         return 2
     except UndoproxyError as exc:
-        print(f"undoproxy: {exc}", file=sys.stderr)
+        # The admin API's message may quote outside text (a session id, a URL): one line.
+        err(f"undoproxy: {shown(exc)}")
         return int(getattr(exc, "exit_status", 1))
     except KeyboardInterrupt:
         print("undoproxy: interrupted", file=sys.stderr)

@@ -108,7 +108,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """Name every client (or CMD) that goes around undoproxy or distrusts its CA, with the fix."""
     from undoproxy.doctor import PROBES, CommandNotFound, Doctor, report
     from undoproxy.doctor.placeholders import real_secrets_in
-    from undoproxy.runtimes.env import variables
+    from undoproxy.runtimes.env import agent_process_env, variables
 
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if command and shutil.which(command[0]) is None:  # before anything is started or printed
@@ -121,7 +121,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if setup.session_port is not None:
         ports.add(setup.session_port[1])
     doctor = Doctor(
-        {**os.environ, **dict(variables(setup))},
+        agent_process_env(os.environ, variables(setup)),
         lambda: admin.call("GET", path)["steps"],
         ports,
         tls_failures=lambda: admin.call("GET", path + "/tls-failures")["failures"],
@@ -158,7 +158,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     """Run CMD in a session with `undoproxy env`'s environment, then print what it did; exit
     with CMD's status (--rollback-on-failure: a failed CMD's session is rolled back first)."""
     from undoproxy import child
-    from undoproxy.client import TOKEN_ENV
+    from undoproxy.runtimes.env import agent_process_env
 
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
@@ -170,9 +170,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
             f"session {session['id']} is {session['state']}: it takes no more requests"
         )
     args.session = session["id"]
-    # The agent never gets the admin token: it could approve its own held requests.
-    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    env.update(agent_env(args))
+    # The agent never gets the admin token (it could approve its own held requests) nor the
+    # credentials key: the same rule as doctor's.
+    env = agent_process_env(os.environ, agent_env(args))
     # undoproxy's own lines go to stderr: CMD's stdout stays CMD's, for pipes.
     err(f"undoproxy exec: session {args.session}: {' '.join(command)}")
     status = child.run(command, env)

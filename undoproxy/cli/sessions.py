@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from undoproxy.cli.options import client
-from undoproxy.cli.output import out, table, when
+from undoproxy.cli.output import TerminalLines, out, shown, table, when
 
 SHOWN = 100  # steps `show` prints unless asked for more (--limit, --all)
 
@@ -114,7 +114,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         out(json.dumps(session, indent=2))
         return 0
     out(
-        f"session {session['id']}  state: {session['state']}  steps: {session['total']}  "
+        f"session {shown(session['id'])}  state: {session['state']}  "
+        f"steps: {session['total']}  "
         f"mutations: {session['mutations']}"
         + ("  FROZEN: mutations refused (undoproxy unfreeze)" if session.get("frozen") else "")
     )
@@ -124,7 +125,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"(--limit N or --all for more, `undoproxy export` for every one)"
         )
     if session.get("intent"):
-        out(f"intent: {session['intent']}")
+        out(f"intent: {shown(session['intent'])}")
     if not session["steps"]:
         out("no requests yet")
         return 0
@@ -136,13 +137,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     if intents:
         out("intents:")
         for seq, intent in intents:
-            out(f"  #{seq}: {intent}")
+            out(f"  #{seq}: {shown(intent)}")
     resolved = [s for s in session["steps"] if s.get("resolved")]
     if resolved:
         out("resolved by hand:")
         for s in resolved:
             r = s["resolved"]
-            out(f"  #{s['seq']} {s['id']}: by {r['by']} at {when(r['at'])}: {r['reason']}")
+            out(
+                f"  #{s['seq']} {s['id']}: by {shown(r['by'])} at {when(r['at'])}: "
+                f"{shown(r['reason'])}"
+            )
     return 0
 
 
@@ -151,6 +155,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     written as it arrives (a session of any size)."""
     sys.stdout.flush()
     path = f"/api/sessions/{quote(args.session, safe='')}/export?format={args.format}"
+    if sys.stdout.isatty():
+        # On a terminal, the same safe lines as every other command; into a file or a pipe,
+        # the export exactly as undoproxy wrote it.
+        with TerminalLines() as lines:
+            client(args).download(path, lines)
+        return 0
     last = client(args).download(path, sys.stdout.buffer)
     if last not in (b"", b"\n"):
         sys.stdout.buffer.write(b"\n")

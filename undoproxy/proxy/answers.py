@@ -45,6 +45,26 @@ def proxy_auth_required(message: str) -> http.Response:
     )
 
 
+def bad_request(message: str) -> http.Response:
+    """400: a request undoproxy cannot forward as it was read (see proxy/fieldcheck.py)."""
+    return json_response(400, {"error": "undoproxy_bad_request", "message": message})
+
+
+def wrong_session(port_session: str, named: str) -> http.Response:
+    """403: a request on one session's own port names another session (its credentials or its
+    X-Undoproxy-Session header); filed under neither, forwarded nowhere."""
+    return json_response(
+        403,
+        {
+            "error": "undoproxy_wrong_session",
+            "session": port_session,
+            "named": named,
+            "message": f"this port belongs to session {port_session!r}, but the request names "
+            f"session {named!r}: use that session's own port or the main proxy port",
+        },
+    )
+
+
 def blocked(rule: str, reason: str) -> http.Response:
     """403 for a request a rule denies outright."""
     return json_response(

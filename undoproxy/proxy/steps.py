@@ -13,6 +13,7 @@ from undoproxy import redact
 from undoproxy.proxy.bodies import readable, request_body, response_body
 from undoproxy.proxy.state import FlowState
 from undoproxy.proxy.streaming import StreamTail
+from undoproxy.rules.matcher import graphql_operation
 from undoproxy.rules.record import request_fields
 from undoproxy.rules.request import NOT_JSON
 from undoproxy.store.journal import Journal
@@ -96,6 +97,7 @@ def record_meta(
         response_docs=docs,
         response_headers=headers,
         request_only=response is None,
+        graphql=graphql_operation(view) if view is not None and record.needs_graphql else None,
     )
     return meta or None
 
