@@ -171,6 +171,9 @@ def test_placeholders_per_session(broker: Broker) -> None:
     assert broker.variables("prod") == [
         ("OPENAI_API_KEY", "undoproxy-placeholder-openai-api-key"),
         ("GITHUB_TOKEN", "undoproxy-placeholder-github-token"),
+        # The aws entry is not prod's; what its key is read from is emptied all the same.
+        ("AWS_KEY", ""),
+        ("AWS_SECRET", ""),
     ]
     assert dict(broker.variables("research-1"))["AWS_ACCESS_KEY_ID"] == "UNDOPROXYPLACEHOLDER"
     described = broker.describe()

@@ -273,7 +273,10 @@ def test_env_prints_the_placeholders_of_the_session(up: Undoproxy) -> None:
     assert allowed["TEST_REST_KEY"] == "undoproxy-placeholder-test-rest-key"
     assert allowed["SCOPED_KEY"] == SCOPED_PLACEHOLDER
     other = json.loads(up.cli("env", "--session", _session("other"), "--shell", "json").stdout)
-    assert "SCOPED_KEY" not in other and other["ECHO_KEY"] == ECHO_PLACEHOLDER
+    assert other["ECHO_KEY"] == ECHO_PLACEHOLDER
+    # Not its secret: no placeholder; the variable the secret is read from is emptied for
+    # every agent (one started from undoproxy's own shell must not inherit it).
+    assert other["SCOPED_KEY"] == "" and other["REDIRECT_KEY"] == allowed["REDIRECT_KEY"] != ""
 
 
 def test_doctor_names_a_real_value_in_the_agents_environment(up: Undoproxy) -> None:

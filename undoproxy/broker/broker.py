@@ -201,12 +201,17 @@ class Broker:
     # --- what people see -------------------------------------------------------------------
 
     def variables(self, session: str | None) -> list[tuple[str, str]]:
-        """The (variable, placeholder) pairs for an agent of `session`, each variable once."""
+        """The (variable, placeholder) pairs for an agent of `session`, each variable once;
+        then every variable a secret is read from, set empty (an agent started from the shell
+        that started undoproxy must not inherit it) unless it holds a placeholder."""
         seen: dict[str, str] = {}
         for entry in self.entries:
             if entry.allows(session):
                 for name, value in entry.variables():
                     seen.setdefault(name, value)
+        for entry in self.entries:
+            for name in entry.env_sources():
+                seen.setdefault(name, "")
         return list(seen.items())
 
     def describe(self) -> list[dict[str, Any]]:

@@ -106,6 +106,15 @@ class SecretEntry:
         assert self.value is not None
         return self.value.sources
 
+    def env_sources(self) -> tuple[str, ...]:
+        """The environment variables its values are read from."""
+        templates = (
+            [self.aws.access_key_id, self.aws.secret_access_key, self.aws.session_token]
+            if self.aws is not None
+            else [self.value]
+        )
+        return tuple(n for t in templates if t is not None for n in t.env_names)
+
     def read(self, environ: Mapping[str, str]) -> Loaded:
         """The entry with its values read now; raises `values.Unavailable`."""
         if self.aws is None:
