@@ -35,6 +35,8 @@ from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.queue import ApprovalQueue
+from undoproxy.broker import Broker
+from undoproxy.broker import api as secrets_api
 from undoproxy.client import ADMIN_URL_FILE, listen_url
 from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox, write_private
@@ -42,6 +44,7 @@ from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.inflight import InFlight
 from undoproxy.proxy.bodies import Bodies
+from undoproxy.proxy.brokering import InjectSecrets, KeepSecretsFromAgent
 from undoproxy.proxy.gate import Gate
 from undoproxy.proxy.guard import FailClosed
 from undoproxy.proxy.holds import Holds
@@ -76,6 +79,7 @@ class Running:
     admin_address: tuple[str, int]
     token_generated: bool
     guard: FailClosed
+    broker: Broker = field(default_factory=Broker)  # the secrets (reloaded on SIGHUP)
     background: list[Any] = field(default_factory=list)
     periodic: list[asyncio.Task[None]] = field(default_factory=list)  # cancelled at stop
 
@@ -103,6 +107,7 @@ async def start(config: Config) -> Running:
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
     _prepare_state_dir(config.state_dir)
     token, generated = admin_token(config)
+    broker = Broker(config.secrets, config.signing)  # reads the secrets; UndoproxyError if not
     events = EventBus()
     box = CredentialBox.from_state_dir(config.state_dir)
     journal = await open_store(config, events, box)
@@ -126,7 +131,7 @@ async def start(config: Config) -> Running:
     listeners = SessionListeners(proxy_server, config.proxy_listen[0], config.state_dir)
     snapshots = Snapshots(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
+        UpstreamClient(insecure=config.upstream_insecure, broker=broker),
         box,
         auto=config.defaults_compensate == "auto",
         hold_irreversible=config.defaults_mutations == "hold-irreversible",
@@ -150,7 +155,7 @@ async def start(config: Config) -> Running:
         hold_at=config.hold_at,
         guard=config.guard,
         auto_compensate=config.defaults_compensate == "auto",
-        signers=config.signing,
+        signers=broker.signers,
     )
     sockets = WebSockets(journal, proxy_server, gate.budgets)
     tls_failures = TlsFailures(identity.session_of)
@@ -159,18 +164,23 @@ async def start(config: Config) -> Running:
     # is judged (names, WebSocket upgrades as mutations), then the bodies are decoded for
     # the gate's rules. Snapshots must follow the gate (nothing is snapshotted for a denied
     # request) and precede the journal (whose write-ahead entry includes the snapshot and the
-    # prepared compensation). mitmproxy sees only FailClosed, which runs them in this order
-    # and answers the agent if one raises.
+    # prepared compensation). The credential broker wraps the rest: what an agent must not
+    # send is refused before the rules judge it, and the real secrets go in last, after the
+    # journal wrote the request ahead with the agent's placeholders (proxy/brokering.py).
+    # mitmproxy sees only FailClosed, which runs them in this order and answers the agent if
+    # one raises.
     ours: list[Any] = [
         identity,
         OneName(),
         sockets,
         Streaming(),
         Bodies(),
+        KeepSecretsFromAgent(broker),
         gate,
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
         JournalAddon(journal, inflight),
+        InjectSecrets(broker),  # last: nothing may await between the journal and forwarding
     ]
     master.addons.add(
         core.Core(),
@@ -201,15 +211,18 @@ async def start(config: Config) -> Running:
     context.inflight = inflight
     context.rollback = Rollback(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
+        UpstreamClient(insecure=config.upstream_insecure, broker=broker),
         box,
         inflight=inflight,
         after_reads=snapshots.after_reads,
     )
 
-    app = create_app(context, extra_routes=[*listener_routes.ROUTES, *tls_api.ROUTES])
+    app = create_app(
+        context, extra_routes=[*listener_routes.ROUTES, *tls_api.ROUTES, *secrets_api.ROUTES]
+    )
     app[listener_routes.LISTENERS] = listeners
     app[tls_api.TLS_FAILURES] = tls_failures
+    secrets_api.setup(app, broker)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -254,6 +267,7 @@ async def start(config: Config) -> Running:
         admin_address,
         generated,
         guard,
+        broker,
         background=[run_task],
     )
     if config.retention_after:
@@ -367,13 +381,14 @@ async def serve(config: Config) -> None:
     gc.freeze()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, running.master.shutdown)
+    loop.add_signal_handler(signal.SIGHUP, secrets_api.reload_and_say, running.broker)
     announced = announce(config, running)
     # Only once a signal stops us cleanly: whoever waits for the banner may stop us at once.
     print(banner(config, running), flush=True)
     try:
         await running.master.should_exit.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         withdraw(announced, running)
         await stop(running)

@@ -23,6 +23,7 @@ import aiohttp
 from yarl import URL
 
 from undoproxy import redact
+from undoproxy.broker import Broker
 from undoproxy.retry import RETRY_STATUSES, RetryPolicy
 from undoproxy.signing import Signers
 
@@ -95,14 +96,23 @@ class UpstreamClient:
     """One aiohttp session for all of undoproxy's own upstream requests.
 
     A request to a host that `signers` has a key for is signed at send time, each attempt
-    afresh (undoproxy's key replaces the agent's signature; see `undoproxy/signing.py`).
+    afresh (undoproxy's key replaces the agent's signature; see `undoproxy/signing.py`). With
+    a `broker`, the secrets of the request's session for its host are put in first (replacing
+    the agent's placeholders; see `undoproxy/broker/`), and its `signers` sign. Redirects are
+    never followed: a secret goes only to the host it was put in for.
     """
 
     def __init__(
-        self, *, insecure: bool = False, timeout: float = 30.0, signers: Signers | None = None
+        self,
+        *,
+        insecure: bool = False,
+        timeout: float = 30.0,
+        signers: Signers | None = None,
+        broker: Broker | None = None,
     ) -> None:
         self._insecure = insecure
-        self.signers = signers or Signers()
+        self.broker = broker
+        self.signers = broker.signers if broker is not None else signers or Signers()
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
@@ -134,15 +144,22 @@ class UpstreamClient:
         *,
         keep: int = KEEP,
         need_all: bool = False,
+        session: str | None = None,
     ) -> UpstreamResponse:
         """One attempt; raises UpstreamError when no response arrives, BodyTooLarge when
-        `need_all` and the body is larger than `keep` bytes (read no further)."""
+        `need_all` and the body is larger than `keep` bytes (read no further). `session`: the
+        session it is sent for (its secrets, its signing keys)."""
         target: str | URL = url
         sent_headers = dict(headers or {})
         if not any(k.lower() == "accept-encoding" for k in sent_headers):
             sent_headers["Accept-Encoding"] = "identity"
-        if self.signers.for_url(url) is not None:
-            url, sent_headers = self.signers.sign(method, url, sent_headers, body)
+        if self.broker is not None:
+            signed = self.signers.for_url(url, session) is not None
+            url, sent_headers = self.broker.outgoing(method, url, sent_headers, body, session)
+            if signed:
+                target = URL(url, encoded=True)  # sent exactly as signed, never re-quoted
+        elif self.signers.for_url(url, session) is not None:
+            url, sent_headers = self.signers.sign(method, url, sent_headers, body, session=session)
             target = URL(url, encoded=True)  # sent exactly as signed, never re-quoted
         try:
             async with self._client().request(
@@ -151,13 +168,18 @@ class UpstreamClient:
                 return await _read(resp, keep, need_all)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(
-                f"{method} {redact.url(url)}: {type(exc).__name__}: {redact.text(str(exc))}"
+                f"{method} {redact.url(url)}: {type(exc).__name__}: {self._said(exc)}"
             ) from None
         except ValueError as exc:  # a header value with CR/LF, a URL aiohttp cannot send
             raise UpstreamError(
                 f"{method} {redact.url(url)} cannot be sent: {type(exc).__name__}: "
-                f"{redact.text(str(exc))}"
+                f"{self._said(exc)}"
             ) from None
+
+    def _said(self, exc: Exception) -> str:
+        """An exception's message as an error may show it: secrets hidden, by name and by value."""
+        text = redact.text(str(exc))
+        return self.broker.scrub(text) if self.broker is not None else text
 
     async def send_with_retries(
         self,
@@ -169,6 +191,7 @@ class UpstreamClient:
         *,
         keep: int = KEEP,
         need_all: bool = False,
+        session: str | None = None,
     ) -> UpstreamResponse:
         """Retry connection errors, 5xx and 429 with backoff; the last answer or UpstreamError.
 
@@ -179,7 +202,9 @@ class UpstreamClient:
         for attempt in range(1, policy.attempts + 1):
             retry_after = None
             try:
-                response = await self.send(method, url, headers, body, keep=keep, need_all=need_all)
+                response = await self.send(
+                    method, url, headers, body, keep=keep, need_all=need_all, session=session
+                )
             except UpstreamError as exc:
                 history.append(str(exc))
                 if attempt == policy.attempts:

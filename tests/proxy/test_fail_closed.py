@@ -66,6 +66,7 @@ def _hooks() -> list[tuple[str, str]]:
 def _chain() -> list[type]:
     from undoproxy.proxy import (
         bodies,
+        brokering,
         gate,
         holds,
         identity,
@@ -82,10 +83,12 @@ def _chain() -> list[type]:
         websockets.WebSockets,
         streaming.Streaming,
         bodies.Bodies,
+        brokering.KeepSecretsFromAgent,
         gate.Gate,
         holds.Holds,
         snapshots.Snapshots,
         journaling.JournalAddon,
+        brokering.InjectSecrets,
     ]
 
 
@@ -357,3 +360,38 @@ async def test_a_request_nothing_decided_about_is_never_forwarded(
     )
     assert answer.status_code >= 500 and answer.json()["error"].startswith("undoproxy_")
     assert [r for r in received(tls_upstream) if r.path == marker] == []
+
+
+@pytest.mark.parametrize("addon_name", ["Streaming", "InjectSecrets"])
+async def test_a_fault_while_a_secret_is_in_the_request_journals_the_agents_version(
+    tmp_path: Path,
+    tls_upstream: ThreadedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    addon_name: str,
+) -> None:
+    """A fault after the credential broker put a real value in (Streaming.responseheaders
+    runs before the request is put back) or while it does (InjectSecrets.request): the step
+    the guard journals records the request as the agent sent it, never the value."""
+    real = f"real-org-{uuid.uuid4().hex}"
+    monkeypatch.setenv("FAIL_CLOSED_ORG", real)
+    secret = {"host": "127.0.0.1", "header": "X-Org", "value": "${FAIL_CLOSED_ORG}"}
+    app = await _start(tmp_path, {"secrets": [secret]})
+    try:
+        addon = next(a for a in app.guard.chain if type(a).__name__ == addon_name)
+        hook = "responseheaders" if addon_name == "Streaming" else "request"
+
+        def boom(*args: Any) -> None:
+            raise RuntimeError("injected fault")
+
+        setattr(addon, hook, boom)
+        session = f"fcs-{uuid.uuid4().hex[:8]}"
+        answer = await asyncio.to_thread(
+            _agent(app, session).get, tls_upstream.base_url + "/org", timeout=30
+        )
+        assert answer.status_code == 502
+        await app.journal.writer.flush()
+        steps = await app.journal.steps(session)
+        assert len(steps) == 1 and "internal error" in (steps[0].error or "")
+        assert real not in repr(steps[0])
+    finally:
+        await server.stop(app)

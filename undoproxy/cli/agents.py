@@ -40,6 +40,10 @@ def _agent_setup(args: argparse.Namespace) -> Any:
     admin_host = urlsplit(admin.base_url).hostname or "127.0.0.1"
     hosts = ["127.0.0.1", "localhost"] + ([] if ":" in admin_host else [admin_host])
     no_proxy = tuple(dict.fromkeys(hosts))
+    # The placeholders of the secrets the session may use (never a real value: the API has
+    # none to give).
+    query = f"?session={quote(args.session, safe='')}" if args.session else ""
+    placeholders = admin.call("GET", f"/api/secrets/placeholders{query}")["variables"]
     return Setup(
         proxy_url=proxy_url,
         ca_cert=Path(info["ca_cert"]),
@@ -47,6 +51,7 @@ def _agent_setup(args: argparse.Namespace) -> Any:
         no_proxy=no_proxy,
         session=args.session,
         session_port=session_port,
+        placeholders=tuple(placeholders.items()),
     )
 
 
@@ -102,6 +107,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Name every client (or CMD) that goes around undoproxy or distrusts its CA, with the fix."""
     from undoproxy.doctor import PROBES, CommandNotFound, Doctor, report
+    from undoproxy.doctor.placeholders import real_secrets_in
     from undoproxy.runtimes.env import agent_process_env, variables
 
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -126,20 +132,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         f"(a private CA nothing trusts)"
     )
     status = 0
+    # First: no real secret of `secrets:` in the agent's environment (only placeholders).
+    findings = real_secrets_in(doctor.env, lambda body: admin.call("POST", _CHECK, body))
     try:
         if command:
-            findings, status = doctor.command(command)
+            ran, status = doctor.command(command)
+            findings += ran
         else:
-            findings = [doctor.probe(probe) for probe in PROBES]
+            findings += [doctor.probe(probe) for probe in PROBES]
     finally:
         doctor.close()
     out(report(findings))
-    problems = [f for f in findings if f.verdict in ("BYPASS", "TRUST", "FAILED")]
+    problems = [f for f in findings if f.verdict in ("BYPASS", "TRUST", "FAILED", "SECRET")]
     if problems:
         out(f"{len(problems)} problem(s); see docs/clients.md for every runtime")
         return 1
     out("no client went around undoproxy")
     return status
+
+
+_CHECK = "/api/secrets/check"
 
 
 def cmd_exec(args: argparse.Namespace) -> int:

@@ -219,6 +219,18 @@ def misdirected(status: int, reason: str, names: dict[str, str]) -> http.Respons
     )
 
 
+def secret_refused(error: str, secret: str, message: str, status: int = 403) -> http.Response:
+    """403 `undoproxy_secret_in_agent` (the agent sent a real value of a `secrets:` entry: it
+    was not supposed to have it), 403 `undoproxy_secret_not_allowed` (its placeholder, from a
+    session the entry does not serve), 400 `undoproxy_secret_unsupported` (a request that
+    cannot carry the secret). Nothing is forwarded; the secret is named, its value never."""
+    return json_response(
+        status,
+        {"error": error, "secret": secret, "message": message},
+        {"X-Undoproxy-Decision": "denied"},
+    )
+
+
 def not_http(reason: str) -> bytes:
     """The raw HTTP/1.1 400 that refuses a connection whose bytes are not HTTP: nothing of it
     is relayed (written as bytes: there is no HTTP flow to answer on)."""

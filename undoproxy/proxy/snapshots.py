@@ -162,9 +162,17 @@ class Snapshots:
         need_all: bool = True,
     ) -> UpstreamResponse:
         """One read of undoproxy's own, retried where safe; SnapshotFailed when it fails."""
+        state = state_of(flow)
         try:
             return await self.client.send_with_retries(
-                method, url, SNAPSHOT_RETRY, headers, body or None, keep=keep, need_all=need_all
+                method,
+                url,
+                SNAPSHOT_RETRY,
+                headers,
+                body or None,
+                keep=keep,
+                need_all=need_all,
+                session=state.session_id if state is not None else None,
             )
         except UpstreamError as exc:
             raise SnapshotFailed(str(exc)) from None
@@ -252,7 +260,9 @@ class Snapshots:
 
     def _signed_failure(self, flow: http.HTTPFlow, detail: str) -> str:
         """What failed when undoproxy's own signed read before a signed request failed."""
-        entry = self.client.signers.for_url(flow.request.url)
+        state = state_of(flow)
+        session = state.session_id if state is not None else None
+        entry = self.client.signers.for_url(flow.request.url, session)
         key = f" with the {entry.describe()}" if entry is not None else ""
         return (
             f"the snapshot before it, signed by undoproxy{key}, failed ({detail}); check that "

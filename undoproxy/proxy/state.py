@@ -40,6 +40,9 @@ class FlowState:
     pending_fields: dict[str, Any] = field(default_factory=dict)  # written ahead with the step
     limits: list[Any] = field(default_factory=list)  # budgets a shared journal fences it on
     outcome_fields: dict[str, Any] = field(default_factory=dict)  # written with the outcome
+    brokered: tuple[str, ...] = ()  # secrets put into the request (proxy/brokering.py)
+    # (header fields, path, url) as the agent sent them, while the secrets are put in
+    as_agent_sent: Any = None
 
 
 def state_of(flow: http.HTTPFlow) -> FlowState | None:

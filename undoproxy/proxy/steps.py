@@ -38,19 +38,23 @@ def new_step(
     request = flow.request
     body = request.raw_content or b""
     rule = state.rule
+    headers, url = request.headers, request.url
+    if state.as_agent_sent is not None:  # secrets are in it (proxy/brokering.py): not the agent's
+        fields, _, url = state.as_agent_sent
+        headers = http.Headers(fields)
     step = Step(
         id=new_id("st"),
         session_id=state.session_id,
         seq=journal.next_seq(state.session_id),
         method=request.method,
-        url=request.url,
+        url=url,
         is_mutation=state.is_mutation,
         status=status,
         rule=rule.name if rule is not None else None,
         risk=rule.risk if rule is not None else None,
         action=state.action,
         captures=state.captures or None,
-        request_headers=[list(p) for p in redact.headers(request.headers.items(multi=True))],
+        request_headers=[list(p) for p in redact.headers(headers.items(multi=True))],
         request_body=body[: body_limit(state)] if body else None,
         request_body_len=len(body),
         request_body_sha256=hashlib.sha256(body).hexdigest() if body else None,

@@ -60,11 +60,18 @@ class Reader:
         compensators/readback.py). A read changes nothing, so it is retried like a GET."""
         target = resource_url(url)
         accept = snap.content_type if snap is not None else None
-        request = read_request(target, step.url, self.box.open(step.credentials), accept)
+        request = read_request(
+            target, step.url, self.box.open(step.credentials), accept, session=step.session_id
+        )
         check_headers(extra or {})
         try:
             resp = await self.client.send_with_retries(
-                method, request.url, self.policy, {**request.headers, **(extra or {})}, body
+                method,
+                request.url,
+                self.policy,
+                {**request.headers, **(extra or {})},
+                body,
+                session=request.session,
             )
         except UpstreamError as exc:
             return Read(target, None, str(exc).replace(target, redact.url(target)), method)

@@ -36,6 +36,9 @@ class Setup:
     no_proxy: tuple[str, ...]  # never through the proxy: loopback and the admin address
     session: str | None = None
     session_port: tuple[str, int] | None = None  # the session's own listener, if any
+    # (variable, placeholder) of each secret the session may use (undoproxy/broker/): the
+    # agent's SDK starts with a placeholder, undoproxy puts the real value in on the way out
+    placeholders: tuple[tuple[str, str], ...] = ()
 
     @property
     def state_dir(self) -> Path:
@@ -110,6 +113,7 @@ def variables(setup: Setup) -> list[tuple[str, str]]:
         host, port = setup.session_port
         # For anything configured by host and port only: this port is the session.
         values.append(("UNDOPROXY_SESSION_PROXY", f"http://{host}:{port}"))
+    values.extend(setup.placeholders)
     return values
 
 
