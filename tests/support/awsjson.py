@@ -9,6 +9,7 @@ service, so that each service has an endpoint of its own as on AWS (`dynamodb.RE
 from __future__ import annotations
 
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ except ImportError:  # pragma: no cover - the test setup installs them
     boto3 = None
 
 SERVICES = ("dynamodb", "secretsmanager", "ssm", "sqs")
+OFF = b"1000000000"  # moto's count of requests let through unsigned: checks off
 
 
 class MotoAws:
@@ -52,15 +54,24 @@ class MotoAws:
             thread = threading.Thread(target=server.serve_forever, daemon=True)
             thread.start()
             self._threads.append(thread)
+        # moto's state is the process's: another module's server (tests/support/s3.py) may
+        # have turned checks on already, and made users of the same names.
+        self._auth(OFF)
         iam = self.client("iam", "bootstrap", "bootstrap", service_port="sqs")
+        suffix = uuid.uuid4().hex[:8]
         for user in ("agent", "undoproxy"):
-            iam.create_user(UserName=user)
-            iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=POLICY)
-            key = iam.create_access_key(UserName=user)["AccessKey"]
+            name = f"{user}-{suffix}"
+            iam.create_user(UserName=name)
+            iam.put_user_policy(UserName=name, PolicyName="all", PolicyDocument=POLICY)
+            key = iam.create_access_key(UserName=name)["AccessKey"]
             self.keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
-        r = requests.post(f"{self.url('sqs')}/moto-api/reset-auth", data=b"0", verify=False)
-        r.raise_for_status()
+        self._auth(b"0")  # from now on every request must be signed
         return self
+
+    def _auth(self, unchecked: bytes) -> None:
+        """Let the next `unchecked` requests through unsigned (b"0": check every one)."""
+        url = f"{self.url('sqs')}/moto-api/reset-auth"
+        requests.post(url, data=unchecked, verify=False, timeout=30).raise_for_status()
 
     def url(self, service: str) -> str:
         return f"https://127.0.0.1:{self._servers[service].server_port}"
@@ -120,6 +131,7 @@ class MotoAws:
         }
 
     def stop(self) -> None:
+        self._auth(OFF)  # as another module's moto expects to find it
         for server in self._servers.values():
             server.shutdown()
         for thread in self._threads:
