@@ -214,9 +214,9 @@ def test_a_closed_pipe_ends_a_command_quietly(
 def test_ctrl_c_inside_any_command_is_one_line() -> None:
     """A KeyboardInterrupt wherever a command is: one line on stderr, exit 130."""
     code = (
-        "import sys, undoproxy.cli as cli, undoproxy.cli.rules as rules\n"
+        "import sys, undoproxy.cli as cli, undoproxy.cli.packkit as packkit\n"
         "def interrupted(args): raise KeyboardInterrupt\n"
-        "rules.cmd_packs = interrupted\n"
+        "packkit.cmd_packs = interrupted\n"
         "sys.exit(cli.main(['packs']))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -18,7 +18,7 @@ from undoproxy.broker.entries import SecretEntry
 from undoproxy.broker.parse import parse_secrets
 from undoproxy.durations import parse_duration
 from undoproxy.errors import ConfigError, ConfigErrors, Location
-from undoproxy.packs.loading import ALL_PACKS, load_packs
+from undoproxy.packs.loading import ALL_PACKS, load_packs, load_user_pack
 from undoproxy.rules import RuleSet, parse_rules
 from undoproxy.rules.actions import Problems
 from undoproxy.rules.guards import Guard, RepeatGuard, parse_count, parse_repeat
@@ -500,7 +500,9 @@ def _rule_set(
     on (ALL_PACKS: every built-in pack), in that order. Raises ConfigErrors listing all."""
     problems = Problems()
     names: dict[str, Location] = {}  # a rule name is taken once, across all three
-    parsed = parse_rule_files(rules, include, base_dir, where, problems, names)
+    parsed = parse_rule_files(
+        rules, include, base_dir, where, problems, names, pack_loader=load_user_pack
+    )
     parsed += load_packs(packs, packs_where, problems, names)
     if problems.errors:
         raise ConfigErrors(problems.errors)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from undoproxy.compensators.model import Snapshot, content_hash
+from undoproxy.rollback import compare
 from undoproxy.rollback.compare import (
     ABSENT,
     PRESENT,
@@ -167,3 +168,21 @@ def test_etags(value: str | None, normal: str | None, strong: str | None) -> Non
 )
 def test_drift(after: dict[str, Any], now: UpstreamResponse, changed: str) -> None:
     assert changed_since(now, after) == changed
+
+
+@pytest.mark.parametrize(
+    ("now", "sent", "by_server"),
+    [
+        ("", "old", False),  # the undo's value came out empty: the server did not take it
+        (None, "old", False),
+        (7, 5, True),  # a counter the server moves on every write
+        ("2026-01-02", "2026-01-01", True),  # a timestamp
+        ("", "", True),  # empty before too: nothing blanked
+    ],
+)
+def test_a_value_the_undo_sent_that_now_reads_empty_is_not_set_by_the_server(
+    now: Any, sent: Any, by_server: bool
+) -> None:
+    diff = compare.FieldDiff(("node", "value"), "changed", now)
+    server, not_restored = compare.server_set([diff], {"node": {"value": sent}}, [])
+    assert (server == [diff], not_restored == [diff]) == (by_server, not by_server)

@@ -14,6 +14,7 @@ proxy.
 from __future__ import annotations
 
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ except ImportError:  # pragma: no cover - the test setup installs them
     MotoRequestHandler = object
 
 REGION = "us-east-1"
+UNCHECKED = b"1000000000"  # moto's count of requests let through unsigned: checks off
 
 
 class _QuietHandler(MotoRequestHandler):  # type: ignore[misc]
@@ -70,9 +72,14 @@ class MotoS3:
         )
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+        # moto's state is the process's: another module's server may have turned checks on
+        # already and made users of these names (xdist runs several modules in one worker).
+        self._auth(UNCHECKED)
         iam = self._client("iam", "bootstrap", "bootstrap")
         keys = []
-        for user in ("agent", "undoproxy"):
+        suffix = uuid.uuid4().hex[:8]
+        for name in ("agent", "undoproxy"):
+            user = f"{name}-{suffix}"
             iam.create_user(UserName=user)
             iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=POLICY)
             key = iam.create_access_key(UserName=user)["AccessKey"]
@@ -125,8 +132,16 @@ class MotoS3:
         )
         return client
 
+    def _auth(self, unchecked: bytes) -> None:
+        """Let the next `unchecked` requests through unsigned (b"0": check every one)."""
+        r = requests.post(
+            f"{self.base_url}/moto-api/reset-auth", data=unchecked, verify=False, timeout=30
+        )
+        r.raise_for_status()
+
     def stop(self) -> None:
         if self._server is not None:
+            self._auth(UNCHECKED)  # as the next module's moto expects to find it
             self._server.shutdown()
         if self._thread is not None:
             self._thread.join(10)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from undoproxy import __version__
-from undoproxy.cli import agents, approvals, control, rules, server, sessions
+from undoproxy.cli import agents, approvals, control, packkit, rules, server, sessions
 from undoproxy.cli.options import add_admin, add_config
 from undoproxy.cli.output import err, shown
 from undoproxy.errors import ConfigError, UndoproxyError
@@ -176,8 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="say how far it is on stderr (default: when stderr is a terminal)",
     )
-    p = command("packs", rules.cmd_packs)
-    p.add_argument("name", nargs="?", metavar="NAME", help="a pack: list its rules")
+    p = command("packs", packkit.cmd_packs)
+    p.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME | new | record | test",
+        help="a pack: list its rules; new NAME: a skeleton of your own; record SESSION: a "
+        "session as test cases; test PACK --against URL: prove its undos (see --help of each)",
+    )
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     group = sub.add_parser("rules", help="check rules, or explain which rule a request matches")
     rules_sub = group.add_subparsers(dest="rules_command", metavar="COMMAND", required=True)

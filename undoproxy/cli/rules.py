@@ -67,11 +67,3 @@ def cmd_rules_explain(args: argparse.Namespace) -> int:
         )
     )
     return 0
-
-
-def cmd_packs(args: argparse.Namespace) -> int:
-    """List the built-in API packs, or (with NAME) one pack's rules."""
-    from undoproxy.packs.listing import describe_pack, list_packs
-
-    out(describe_pack(args.name) if args.name else list_packs())
-    return 0

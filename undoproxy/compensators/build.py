@@ -2,7 +2,7 @@
 
 The result is the journal's compensation record, a JSON-safe dict (`record.py` reads it into
 typed fields for rollback):
-    kind            restore | delete-created | recreate | template | a pack name
+    kind            restore | delete-created | recreate | template | rpc | a pack name
     method, url     the inverse request (absent while not ready)
     body_b64, content_type, headers   its body and extra (non-secret) headers
     fallback        recreate's POST to the collection, when PUT is answered 404/405
@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
-from undoproxy.compensators import email, packs, webdav
+from undoproxy.compensators import email, packs, rpc, webdav
 from undoproxy.compensators.model import (
     Facts,
     Irreversible,
@@ -312,13 +312,15 @@ def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
     if not 200 <= status < 300:
         # An error answer is no evidence that nothing changed (a PUT answered 502 may have
         # landed): what was prepared from the snapshot stays, and rollback decides by a read.
-        return comp
+        return _from_before(plan, comp, facts)
     comp = dict(comp)
     try:
         if plan.kind == "delete-created":
             comp.update(_delete_created(facts), ready=True)
         elif plan.kind == "template" and not comp["ready"]:
             comp.update(_template(plan, facts, with_response=True), ready=True)
+        elif plan.kind == "rpc" and plan.template is not None:
+            comp.update(rpc.build(plan.template, facts), ready=True)
         elif plan.kind in packs.PACK_BUILDERS:
             comp.update(packs.PACK_BUILDERS[plan.kind](facts), ready=True)
     except Irreversible as exc:
@@ -328,6 +330,24 @@ def complete(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
     if plan.kind == "restore":  # the drift check before restoring compares against this
         comp.update(after_image(facts))
     return comp
+
+
+def _from_before(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:
+    """After an error answer: a pack undo built from the reads before the step alone
+    (`packs.FROM_BEFORE`), so that rollback's read-back tells whether the step changed
+    anything; else the record as it was."""
+    if plan.kind not in packs.FROM_BEFORE:
+        return comp
+    try:
+        if plan.kind == "rpc" and plan.template is not None:
+            built = rpc.build(plan.template, facts)
+        else:
+            built = packs.PACK_BUILDERS[plan.kind](facts)
+    except Irreversible:
+        return comp
+    except NothingToUndo as exc:  # only a read before the step is evidence here
+        return {**comp, **nothing(str(exc), exc.kind)} if exc.kind == "read" else comp
+    return {**comp, **built, "ready": True}
 
 
 def _held_against_answer(plan: Plan, comp: Compensation, facts: Facts) -> Compensation:

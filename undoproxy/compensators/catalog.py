@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from undoproxy.compensators import couchdb, github, matrix, s3, slack, stripe, webdav
+from undoproxy.compensators import (
+    awsservices,
+    chroma,
+    couchdb,
+    datasette,
+    dynamodb,
+    etcd,
+    github,
+    jupyter,
+    matrix,
+    postgrest,
+    s3,
+    slack,
+    stripe,
+    webdav,
+)
 
 GENERIC: dict[str, str] = {
     "restore": "PUT the snapshot back to the snapshot URL (exact prior state)",
@@ -20,6 +35,13 @@ PACKS: dict[str, str] = {
     **s3.DESCRIPTIONS,
     **webdav.DESCRIPTIONS,
     **couchdb.DESCRIPTIONS,
+    **etcd.DESCRIPTIONS,
+    **dynamodb.DESCRIPTIONS,
+    **awsservices.DESCRIPTIONS,
+    **chroma.DESCRIPTIONS,
+    **datasette.DESCRIPTIONS,
+    **postgrest.DESCRIPTIONS,
+    **jupyter.DESCRIPTIONS,
 }
 
 NEEDS_SNAPSHOT = frozenset({"restore", "recreate"})

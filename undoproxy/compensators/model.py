@@ -95,10 +95,16 @@ class Snapshot:
     # x-amz-meta-*, ...): see `representation_headers`. A restore sends them back and a
     # verification read compares them.
     headers: dict[str, str] = field(default_factory=dict)
+    # The API's own "no such thing" answer, when it is not a 404 (AWS JSON APIs answer 400
+    # `ResourceNotFoundException`): a read declared so (`PreRead.absent_when`) and answered so.
+    absent_answer: str = ""
 
     @property
     def existed(self) -> bool:
-        """False when the GET said the target did not exist (404/410, or a tombstone)."""
+        """False when the read said the target did not exist (404/410, a tombstone, or the
+        API's declared "no such thing" answer)."""
+        if self.absent_answer:
+            return False
         if 200 <= self.status < 300 and is_tombstone(self.body):
             return False
         return self.status not in (404, 410)
@@ -114,6 +120,7 @@ class Snapshot:
             "headers": self.headers,
             "body_b64": base64.b64encode(self.body).decode(),
             "length": len(self.body),
+            **({"absent_answer": self.absent_answer} if self.absent_answer else {}),
         }
 
     @classmethod
@@ -127,6 +134,7 @@ class Snapshot:
             last_modified=data.get("last_modified"),
             content_type=data.get("content_type"),
             headers=dict(data.get("headers") or {}),
+            absent_answer=str(data.get("absent_answer") or ""),
         )
 
 
@@ -206,13 +214,18 @@ class Facts:
         return next((v for k, v in self.response_headers.items() if k.lower() == lower), None)
 
 
+MAX_READ_ROUNDS = 3  # rounds of PreReads before one step (each may depend on the one before)
+
+
 @dataclass(frozen=True)
 class PreRead:
     """A read a compensator needs before the step is forwarded, besides the snapshot GET (a
     PROPFIND of the properties, a GET of the destination a MOVE overwrites). The snapshot addon
     sends it with the agent's credentials and puts the answer in `Facts.reads[name]`; one that
     fails (no answer, or not 2xx/404/410) blocks the step, unless it is `optional`: then it is
-    left out of `Facts.reads` and the compensator decides."""
+    left out of `Facts.reads` and the compensator decides. A pack that needs one read's answer
+    to know the next (DynamoDB: the table's key schema, then the item) is asked again with
+    the answers so far (`packs.reads_for`), up to MAX_READ_ROUNDS times."""
 
     name: str
     method: str
@@ -220,13 +233,16 @@ class PreRead:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     optional: bool = False
+    # The API's "no such thing" when it is not a 404 (readback.absent_when): such an answer is
+    # the read's result (the target did not exist), not a failed read.
+    absent_when: dict[str, Any] | None = None
 
 
 @dataclass
 class Plan:
     """Decided before forwarding: which compensation applies, and what to snapshot for it."""
 
-    kind: str  # restore | delete-created | recreate | template | a pack name | irreversible
+    kind: str  # restore | delete-created | recreate | template | rpc | a pack name | irreversible
     snapshot_url: str | None = None
     template: dict[str, Any] | None = None
     reason: str | None = None  # why it is irreversible

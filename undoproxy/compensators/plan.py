@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from undoproxy.compensators import rpc
 from undoproxy.compensators.catalog import NEEDS_SNAPSHOT
 from undoproxy.compensators.model import Irreversible, Plan, origin, parse_form
 from undoproxy.compensators.packs import PACK_SNAPSHOTS
@@ -78,6 +79,8 @@ def _plan_for(
             return Plan(
                 "irreversible", reason=f"rule {rule.name if rule else ''} says compensate: none"
             )
+        if isinstance(compensate, dict) and rpc.is_spec(compensate):
+            return Plan("rpc", template=compensate)  # its read: compensators/rpc.py
         if isinstance(compensate, dict):
             wants_snapshot = rule is not None and rule.snapshot_needed()
             url = snapshot_url(rule, request, captures) if wants_snapshot else None

@@ -12,9 +12,21 @@ show, field by field, and stores that with the compensation as `readback`:
 A read-back of a step that deleted the target says `"left_gone": true` (gone is as it left
 it); one that created it may give `left` checks as well as `gone`.
 
+An RPC API reads by POST (DynamoDB's GetItem, etcd's `/v3/kv/range`, a vector store's `get`):
+its read-back says the request to send, which is a read and never changes anything (so it
+is retried like a GET), and, when the API answers "no such thing" with something other than
+404/410, what that answer is (`absent_when`; AWS JSON APIs answer HTTP 400 with a `__type`
+ending `ResourceNotFoundException`):
+
+    {"method": "POST", "url": "https://dynamodb…/", "body_b64": "…",
+     "read_headers": {"X-Amz-Target": "DynamoDB_20120810.GetItem",
+                      "Content-Type": "application/x-amz-json-1.0"},
+     "expect": [{"path": ["Item"], "equals": {"id": {"S": "7"}, "n": {"N": "1"}}}]}
+
 A path is a list of keys and list indexes, `"*"` for every item of a list (or value of an
 object). `equals`: the value at `path` (missing reads as null; with `"*"` the values, compared
-as a set); `excludes`: none of the values at `path` is one of these. An `equals` check may
+as a set); `sha256`: the same, kept only as a digest (a secret's value is never stored in
+clear); `excludes`: none of the values at `path` is one of these. An `equals` check may
 also give `ignore`: members of an object left out on both sides (CouchDB's `_rev`, which
 every write changes). A read-back of a compensation that overwrites fields also has `left`:
 the same fields as the agent's step left them. Rollback reads them before overwriting: a
@@ -25,6 +37,8 @@ and is not overwritten. Rollback's judge GETs the URL with the agent's credentia
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from typing import Any
 
@@ -34,6 +48,38 @@ Path = list[str | int]
 def expect(path: Path, value: Any) -> dict[str, Any]:
     """The value at `path` must be `value`."""
     return {"path": path, "equals": value}
+
+
+def digest_of(value: Any) -> str:
+    """The SHA-256 of a value as canonical JSON (a `*` path's values as a sorted set)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def same_digest(path: Path, value: Any, fields: list[str] | None = None) -> dict[str, Any]:
+    """The value at `path` must be `value`, kept only as its SHA-256: what a record holds (a
+    row, an item, a secret) is never stored in clear by a read-back, only compared. With `*`
+    in `path` the values are compared as a set; `fields` compares only those members of each
+    (etcd's revisions, set by the server on every write, left out)."""
+    check: dict[str, Any] = {"path": path}
+    if fields is not None:
+        check["fields"] = list(fields)
+    check["sha256"] = digest_of(_held(value, "*" in path, fields))
+    return check
+
+
+def _held(value: Any, many: bool, fields: list[str] | None) -> Any:
+    """What a digest check hashes: the value, projected to `fields`, sorted when many."""
+    if many:
+        items = [_project(v, fields) for v in value or []]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    return _project(value, fields)
+
+
+def _project(value: Any, fields: list[str] | None) -> Any:
+    if fields is None or not isinstance(value, dict):
+        return value
+    return {k: value[k] for k in fields if k in value}
 
 
 def excludes(path: Path, values: list[Any], within: Path | None = None) -> dict[str, Any]:
@@ -53,6 +99,78 @@ def readback(url: str, *checks: dict[str, Any]) -> dict[str, Any]:
 def gone(url: str) -> dict[str, Any]:
     """A read-back of `url` that must answer 404 or 410."""
     return {"url": url, "gone": True}
+
+
+def rpc_read(
+    method: str,
+    url: str,
+    body: Any,
+    headers: dict[str, str] | None = None,
+    absent_when: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The request part of an RPC read-back (a POST with a body that only reads): add
+    `expect`, `gone` or `left` to it. `body` is JSON, or bytes sent as they are. Also a
+    read-back's `target`: the resource's name for rollback (an RPC API reaches every resource
+    through one URL, so the URL cannot name it)."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    out: dict[str, Any] = {
+        "method": method.upper(),
+        "url": url,
+        "body_b64": base64.b64encode(raw).decode(),
+        "read_headers": dict(headers or {}),
+    }
+    if absent_when:
+        out["absent_when"] = absent_when
+    return out
+
+
+def target_name(spec: dict[str, Any]) -> str:
+    """One name for what an RPC read reads (its method, URL and body): two steps whose undo
+    reads the same are on the same target, undone newest first."""
+    digest = hashlib.sha256(str(spec.get("body_b64") or "").encode()).hexdigest()[:16]
+    return f"{spec.get('method', 'GET')} {spec.get('url', '')} {digest}"
+
+
+def absent_when(statuses: list[int], body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """How an API answers "no such thing" other than 404/410: one of `statuses`, with every
+    JSONPath condition of `body` holding on its JSON (as `match.body` conditions read):
+    `absent_when([400], {"$.__type": {"regex": "ResourceNotFoundException$"}})`."""
+    return {"status": list(statuses), "body": dict(body or {})}
+
+
+def absent_answer(spec: dict[str, Any] | None, status: int, body: bytes) -> str:
+    """Why an answer is the API's "no such thing" as `spec` (`absent_when`) declares it, or
+    '' when it is not (then it is judged by its status alone)."""
+    if not spec or status not in (spec.get("status") or []):
+        return ""
+    # rules.conditions is pure; imported here, as rules import the compensator catalog
+    from undoproxy.rules.conditions import Condition, ConditionError
+    from undoproxy.rules.jsonpaths import JsonPath
+
+    try:
+        doc = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return ""
+    conditions = dict(spec.get("body") or {})
+    for path, condition in conditions.items():
+        try:
+            found = JsonPath(str(path)).find(doc) if doc is not None else []
+            if not Condition.compile(condition).holds(found):
+                return ""
+        except (ValueError, ConditionError):
+            return ""
+    kind = doc.get("__type") if isinstance(doc, dict) else None
+    if isinstance(kind, str):
+        return f"{kind.rsplit('#', 1)[-1]}: no such thing"
+    return "no such thing, as the pack reads this answer"
+
+
+def request_of(spec: dict[str, Any]) -> tuple[str, dict[str, str], bytes | None]:
+    """(method, headers, body) of a read-back's read: a GET unless it names another."""
+    method = str(spec.get("method") or "GET").upper()
+    headers = {str(k): str(v) for k, v in (spec.get("read_headers") or {}).items()}
+    body = base64.b64decode(spec["body_b64"]) if spec.get("body_b64") else None
+    return method, headers, body
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -155,6 +273,12 @@ def differences_in_pages(checks: list[dict[str, Any]], pages: list[Any]) -> list
                 if not ok and isinstance(now, dict) and isinstance(was, dict):
                     field = f"{field or 'the document'} ({', '.join(_changed(now, was)[:5])})"
             if not ok:
+                out.append(f"{field or 'the body'} is not as before")
+        if "sha256" in check:
+            held = _held(
+                found if many else (found[0] if found else None), many, check.get("fields")
+            )
+            if digest_of(held) != check["sha256"]:
                 out.append(f"{field or 'the body'} is not as before")
         if "excludes" in check:
             banned = _as_set(list(check["excludes"]))

@@ -107,6 +107,22 @@ def nothing(why: str, kind: str, detail: str = "") -> dict[str, Any]:
     return {"noop": why, "noop_evidence": {"kind": kind, "detail": detail}}
 
 
+def _with_left(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The record's read-back, with what a read right after the step found it left (an RPC
+    pack's: `after.left` / `after.left_gone`, see compensators/rpc.py) as its `left`."""
+    spec = raw.get("readback")
+    if not isinstance(spec, dict):
+        return None
+    after = raw.get("after")
+    if "left_paths" not in spec or not isinstance(after, Mapping) or "left" in spec:
+        return spec
+    if after.get("left_gone"):
+        return {**spec, "left_gone": True}
+    if isinstance(after.get("left"), list):
+        return {**spec, "left": list(after["left"])}
+    return spec
+
+
 @dataclass(frozen=True)
 class CompensationRecord:
     """A step's compensation: the inverse request, or why there is none, and its baselines."""
@@ -149,7 +165,7 @@ class CompensationRecord:
             after=raw.get("after") or None,
             check_absent=bool(raw.get("check_absent")),
             then=tuple(InverseRequest.of(r) for r in raw.get("then") or () if isinstance(r, dict)),
-            readback=raw.get("readback") if isinstance(raw.get("readback"), dict) else None,
+            readback=_with_left(raw),
             inferred=bool(raw.get("inferred")),
             located=raw.get("located") or None,
             server_fields=tuple(str(f) for f in raw.get("server_fields") or ()),

@@ -16,8 +16,10 @@ its compensation as `readback`:
 since; a target neither as before nor as left is a conflict and is not overwritten). Checks:
 `gone` (404/410), `sha256`+`length`+`headers` (the body and the representation headers:
 Content-Type, Cache-Control, Content-Disposition, Content-Language, x-amz-meta-*, ...),
-`tags` (an XML `<TagSet>`, compared as a set of pairs), `etag` (compared weakly). A
-difference names what differs, never a value.
+`tags` (an XML `<TagSet>`, compared as a set of pairs), `etag` (compared weakly), `expect`
+(JSON field checks, as in readback.py). A target may be an RPC read (`method`, `headers`,
+`body_b64`, `absent_when`, as in readback.py): one item of a batch read back by its own
+POST. A difference names what differs, never a value.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from undoproxy.compensators.model import Snapshot, representation_headers
+from undoproxy.compensators import readback
+from undoproxy.compensators.model import Snapshot, parse_json, representation_headers
 
 Check = dict[str, Any]
 
@@ -112,14 +115,26 @@ def _header_differences(expected: Mapping[str, str], items: list[tuple[str, str]
     return out
 
 
-def differences(check: Check, status: int, headers: Mapping[str, str], body: bytes) -> list[str]:
-    """How a read (2xx or 404/410) fails `check`; [] when it passes. Names, never values."""
-    absent = status in (404, 410)
+def differences(
+    check: Check,
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    absent: bool | None = None,
+) -> list[str]:
+    """How a read (2xx or 404/410) fails `check`; [] when it passes. Names, never values.
+    `absent`: the read shows the target absent (None: a 404/410 does)."""
+    if absent is None:
+        absent = status in (404, 410)
+    said = f"{str(check.get('method') or 'GET').upper()} answered {status}"
     if check.get("gone"):
-        return [] if absent else [f"it exists (GET answered {status})"]
+        return [] if absent else [f"it exists ({said})"]
     if absent:
-        return [f"it is gone (GET answered {status})"]
+        return [f"it is gone ({said})"]
     out: list[str] = []
+    if "expect" in check:  # JSON field checks, as a read-back's (readback.py)
+        out.extend(readback.differences(list(check["expect"]), parse_json(body)))
     if "etag" in check:
         now = next((v for k, v in headers.items() if k.lower() == "etag"), None)
         if _weak(now) != _weak(check["etag"]):

@@ -24,6 +24,15 @@ BUILTIN_ORDER: Final = (
     "couchdb",
     "webdav",
     "matrix",
+    "etcd",
+    "dynamodb",
+    "secretsmanager",
+    "ssm",
+    "sqs",
+    "chroma",
+    "datasette",
+    "postgrest",
+    "jupyter",
 )
 
 

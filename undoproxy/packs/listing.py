@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from undoproxy.packs import builtin_names
 from undoproxy.packs.loading import Pack, load_builtin
 from undoproxy.rules.model import READ_METHODS, Rule
@@ -83,4 +85,12 @@ def _compensation(rule: Rule) -> str:
         return "none: irreversible"
     if isinstance(comp, str):
         return comp
-    return f"{comp.get('method')} {comp.get('url')}"
+    if "read" in comp:  # read before, undo from it (compensators/rpc.py)
+        parts = [f"read {_request(comp['read'])}"]
+        parts += [f"{k} {_request(comp[k])}" for k in ("undo", "undo_absent") if k in comp]
+        return "; ".join(parts)
+    return _request(comp)
+
+
+def _request(spec: dict[str, Any]) -> str:
+    return f"{spec.get('method') or 'GET'} {spec.get('url')}"

@@ -10,6 +10,9 @@ A pack file is a mapping:
     host_rules: [...]            # more rules, only on the hosts a user gives (`{name, hosts}`):
                                  # too broad for any host (a pack with `hosts: []`, CouchDB)
 
+A pack of the user's (`undoproxy packs new NAME` writes one) is a file of the same form listed
+under `include:`: its rules are called NAME/RULE and come before the built-in packs'.
+
 `packs:` absent turns every built-in pack on, `packs: []` none; an entry is a pack name or
 `{name, hosts}`: with `hosts` the pack's rules match those hosts instead of their own. The
 email pack's entry may also give `correction: {subject, text}`: each of its rules then carries
@@ -21,7 +24,9 @@ knows nothing of packs; config.py puts the config's rules and the packs' rules i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final
 
 from undoproxy.compensators import email
@@ -34,10 +39,11 @@ from undoproxy.rules.patterns import HostPattern
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
 PACK_FILE_KEYS: Final = frozenset(
-    {"name", "description", "hosts", "enterprise_prefix", "rules", "host_rules"}
+    {"name", "description", "hosts", "enterprise_prefix", "rules", "host_rules", "cases"}
 )
 PACK_ENTRY_KEYS: Final = frozenset({"name", "hosts", "correction"})
 CORRECTION_KEYS: Final = frozenset({"subject", "text"})
+_PACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*\Z")
 
 
 class _AllPacks:
@@ -58,6 +64,7 @@ class PackChoice:
     hosts: tuple[str, ...] | None = None
     where: Location | None = None
     correction: tuple[str, str] | None = None  # the email pack's (subject, text)
+    file: Path | None = None  # a pack file of the user's (None: the built-in pack's)
 
 
 @dataclass(frozen=True)
@@ -174,13 +181,52 @@ def load_packs(
 
 def load_pack(choice: PackChoice, problems: Problems, names: dict[str, Location]) -> Pack | None:
     """Load one pack's file and parse its rules for `choice` (errors go to `problems`)."""
-    path = pack_file(choice.name)
+    path = choice.file or pack_file(choice.name)
     try:
         doc = load_file(path)
     except ConfigError as exc:
         problems.errors.extend(exc.errors if isinstance(exc, ConfigErrors) else [exc])
         return None
-    where = Location(str(path), 1)
+    return parse_pack(doc, choice, Location(str(path), 1), problems, names)
+
+
+def load_user_pack(
+    doc: Any, where: Location, problems: Problems, names: dict[str, Location]
+) -> list[Rule]:
+    """The rules of a pack file of the user's, listed under `include:` (its own hosts)."""
+    name = doc.get("name") if isinstance(doc, dict) else None
+    if not isinstance(name, str) or not _PACK_NAME.match(name):
+        problems.add(
+            at(doc, "name", where) if isinstance(doc, dict) else where,
+            f"a pack's name is a word of letters, digits, - and _, got {name!r}",
+        )
+        return []
+    if name in builtin_names():
+        problems.add(
+            at(doc, "name", where),
+            f"{name!r} is a built-in pack's name: call yours something else",
+        )
+        return []
+    pack = parse_pack(doc, PackChoice(name), where, problems, names)
+    return list(pack.rules) if pack is not None else []
+
+
+def read_pack_file(path: Path, hosts: tuple[str, ...] | None = None) -> Pack:
+    """A pack file of the user's on its own (`packs test`), on `hosts` when given; raises
+    ConfigErrors."""
+    problems = Problems()
+    doc = load_file(path)
+    name = doc.get("name") if isinstance(doc, dict) else None
+    pack = parse_pack(doc, PackChoice(str(name), hosts), Location(str(path), 1), problems, {})
+    if problems.errors or pack is None:
+        raise ConfigErrors(problems.errors or [ConfigError(None, f"{path} did not load")])
+    return pack
+
+
+def parse_pack(
+    doc: Any, choice: PackChoice, where: Location, problems: Problems, names: dict[str, Location]
+) -> Pack | None:
+    """A pack file's content as a Pack for `choice` (errors go to `problems`)."""
     if not isinstance(doc, dict):
         problems.add(location_of(doc, where), "a pack file must be a mapping with name: and rules:")
         return None

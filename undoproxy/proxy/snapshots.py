@@ -27,7 +27,9 @@ from undoproxy import redact
 from undoproxy.compensators.build import complete, prepare
 from undoproxy.compensators.model import (
     AFTER_BODY_LIMIT,
+    MAX_READ_ROUNDS,
     Facts,
+    Irreversible,
     Plan,
     PreRead,
     Snapshot,
@@ -36,7 +38,9 @@ from undoproxy.compensators.model import (
     representation_headers,
 )
 from undoproxy.compensators.packs import reads_for
+from undoproxy.compensators.readback import absent_answer, request_of
 from undoproxy.compensators.record import nothing
+from undoproxy.compensators.rpc import left_after
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
 from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
@@ -101,6 +105,7 @@ class Snapshots:
         method: str = "GET",
         extra: dict[str, str] | None = None,
         body: bytes | None = None,
+        absent_when: dict[str, Any] | None = None,
     ) -> Snapshot:
         """GET `url` as the agent would, retrying where that is safe; raises SnapshotFailed
         (also when the target is over SNAPSHOT_LIMIT: read no further than that).
@@ -123,6 +128,9 @@ class Snapshots:
         resp = await self._read(flow, url, method, {**headers, **(extra or {})}, body)
         if resp.status in (404, 410):
             return Snapshot(url, resp.status)
+        gone = absent_answer(absent_when, resp.status, resp.body)
+        if gone:  # the API's own "no such thing" (AWS: 400 ResourceNotFoundException)
+            return Snapshot(url, resp.status, resp.body, absent_answer=gone)
         challenge = resp.header("WWW-Authenticate")
         if resp.status == 401 and challenge and not redact.credential_headers(items):
             raise SnapshotFailed(
@@ -199,7 +207,12 @@ class Snapshots:
             async with gate:
                 try:
                     return await self.take(
-                        read.url, flow, method=read.method, extra=read.headers, body=read.body
+                        read.url,
+                        flow,
+                        method=read.method,
+                        extra=read.headers,
+                        body=read.body,
+                        absent_when=read.absent_when,
                     )
                 except SnapshotFailed as exc:
                     return exc
@@ -214,6 +227,26 @@ class Snapshots:
         if sum(len(s.body) for s in out.values()) > SNAPSHOTS_TOTAL:
             raise SnapshotFailed(f"the reads together are larger than {SNAPSHOTS_TOTAL} bytes")
         return out
+
+    async def _pre_reads(self, plan: Plan, facts: Facts, flow: http.HTTPFlow) -> list[PreRead]:
+        """Send the compensator's reads, round by round (a read may need an earlier one's
+        answer), into `facts.reads`; the reads sent. Raises SnapshotFailed, Irreversible."""
+        sent: list[PreRead] = []
+        if plan.irreversible:
+            return sent
+        for _ in range(MAX_READ_ROUNDS):
+            asked = {r.name for r in sent}
+            wanted = [r for r in reads_for(plan, facts) if r.name not in asked]
+            if not wanted:
+                return sent
+            facts.reads.update(await self._read_all(wanted, flow))
+            sent += wanted
+        if [r for r in reads_for(plan, facts) if r.name not in {r.name for r in sent}]:
+            raise Irreversible(
+                f"the compensator needs more than {MAX_READ_ROUNDS} rounds of reads before "
+                "the step; it cannot be undone"
+            )
+        return sent
 
     def _failed_reason(self, flow: http.HTTPFlow, detail: str, signed: str | None) -> str:
         """Why a step whose snapshot failed, but which was forwarded, is irreversible."""
@@ -234,7 +267,8 @@ class Snapshots:
         return (
             f"the snapshot before it, signed by undoproxy{key}, failed ({detail}); check that "
             "key in signing: (a 403 says it is wrong or lacks the read permission, e.g. "
-            "s3:GetObject / s3:GetObjectTagging)"
+            "s3:GetObject / s3:GetObjectTagging, dynamodb:GetItem / DescribeTable, "
+            "secretsmanager:GetSecretValue, ssm:GetParameter)"
         )
 
     def _may_proceed(self, state: FlowState) -> bool:
@@ -290,15 +324,18 @@ class Snapshots:
             snapshots=snapshots,
             request_headers={k.lower(): v for k, v in items if not redact.is_secret_name(k)},
         )
-        reads = [] if plan.irreversible else reads_for(plan.kind, plan.snapshot_url, facts)
-        if reads:
-            try:
-                facts.reads = await self._read_all(reads, flow)
-            except SnapshotFailed as exc:
-                if not self._may_proceed(state):
-                    self._block(flow, state, flow.request.url, str(exc), exc.challenge)
-                    return
-                plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), None))
+        reads: list[PreRead] = []
+        try:
+            reads = await self._pre_reads(plan, facts, flow)
+        except Irreversible as exc:
+            plan = Plan("irreversible", reason=str(exc))
+        except SnapshotFailed as exc:
+            signed = signature_scheme(items)
+            if not self._may_proceed(state):
+                detail = str(exc) if signed is None else self._signed_failure(flow, str(exc))
+                self._block(flow, state, flow.request.url, detail, exc.challenge)
+                return
+            plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
         comp = prepare(plan, facts)
         if facts.reads:
             comp["reads"] = {
@@ -364,7 +401,7 @@ class Snapshots:
             state.step.id if state.step else "", redact.url(url), detail, challenge
         )
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    async def response(self, flow: http.HTTPFlow) -> None:
         """Complete the compensation from the response."""
         state = state_of(flow)
         if state is None or state.answered or state.plan is None or flow.response is None:
@@ -380,6 +417,14 @@ class Snapshots:
             # signed query, say): seal again, since the journal keeps them redacted.
             snapshot_json = state.pending_fields.get("snapshot")
             state.outcome_fields["credentials"] = self._seal(flow, state, comp, snapshot_json)
+        spec = comp.get("readback")
+        if comp.get("needs_after_read") and isinstance(spec, dict) and "left_paths" in spec:
+            # What an RPC step left, read before the agent has its answer: nothing the agent
+            # does next (or anyone it tells) can come first and be taken for the step's.
+            after = await self._read_after_rpc(flow, state, spec)
+            if after is not None:
+                comp["after"], comp["needs_after_read"] = after, False
+            return
         if comp.get("needs_after_read") and comp.get("snapshot_url") and state.step:
             self.after_reads.started(state.session_id)
             task = asyncio.get_running_loop().create_task(
@@ -399,6 +444,36 @@ class Snapshots:
             await self._read_after(flow, state, comp)
         finally:
             self.after_reads.ended(state.session_id)
+
+    async def _read_after_rpc(
+        self, flow: http.HTTPFlow, state: FlowState, spec: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """An RPC pack's read right after the step (its read-back's own request): what the
+        step left, as digests of the fields its drift check compares (compensators/rpc.py);
+        None when it cannot be read (no drift check then, never a guess)."""
+        method, extra, body = request_of(spec)
+        url = str(spec.get("url") or "")
+        items = list(flow.request.headers.items(multi=True))
+        headers = {
+            **snapshot_headers(items),
+            **credentials_for(url, flow.request.url, redact.credential_headers(items)),
+            **extra,
+        }
+        try:
+            resp = await self._read(
+                flow, url, method, headers, body, keep=SNAPSHOT_LIMIT, need_all=True
+            )
+        except SnapshotFailed as exc:
+            log.info("could not read the result of step %s: %s", state.step and state.step.id, exc)
+            return None
+        gone = resp.status in (404, 410) or bool(
+            absent_answer(spec.get("absent_when"), resp.status, resp.body)
+        )
+        if not (200 <= resp.status < 300 or gone):
+            step = state.step.id if state.step else None
+            log.info("could not read the result of step %s: HTTP %s", step, resp.status)
+            return None
+        return left_after(spec, gone, resp.body)
 
     async def _read_after(
         self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]

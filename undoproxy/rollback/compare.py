@@ -46,17 +46,24 @@ FieldPath = tuple[str | int, ...]
 
 @dataclass
 class Read:
-    """One GET of a target: the answer, or why none came."""
+    """One read of a target (a GET, or an RPC read such as a POST with a body): the answer,
+    or why none came. `absent_answer` names the API's documented answer for "no such thing"
+    when it is not a 404 (AWS JSON APIs: HTTP 400 `ResourceNotFoundException`), as a pack's
+    read-back declares it (`compensators/readback.absent_answer`)."""
 
     url: str
     response: UpstreamResponse | None
     error: str = ""
+    method: str = "GET"
+    absent_answer: str = ""
 
     @property
     def state(self) -> str:
         """present | absent | unsupported | unreadable."""
         if self.response is None:
             return UNREADABLE
+        if self.absent_answer:
+            return ABSENT
         status = self.response.status
         if 200 <= status < 300:
             return ABSENT if is_tombstone(self.response.body) else PRESENT
@@ -71,9 +78,12 @@ class Read:
         """`GET answered HTTP 503`, or the connection error."""
         if self.response is None:
             return self.error or "no answer"
+        said = f"{self.method} answered HTTP {self.response.status}"
+        if self.absent_answer:
+            return f"{said} ({self.absent_answer})"
         if self.state == ABSENT and 200 <= self.response.status < 300:
-            return f"GET answered HTTP {self.response.status} with a tombstone"
-        return f"GET answered HTTP {self.response.status}"
+            return f"{said} with a tombstone"
+        return said
 
     @property
     def etag(self) -> str | None:
@@ -192,7 +202,14 @@ def server_set(
     left = list(agent_left)
     by_server, not_restored = [], []
     for diff in diffs:
-        if diff.kind != "changed" or not value_at(sent, diff.path)[0]:
+        found, sent_value = value_at(sent, diff.path)
+        if diff.kind != "changed" or not found:
+            not_restored.append(diff)
+            continue
+        if _blank(diff.now) and not _blank(sent_value):
+            # A server that sets a field on every write does not blank it: a value the undo
+            # sent that now reads empty is one the server did not take (it did not read the
+            # undo's body as the agent's write was read: a form, say), not one it set.
             not_restored.append(diff)
             continue
         agents = [value_at(doc, diff.path) for doc in left]
@@ -201,6 +218,10 @@ def server_set(
         else:
             by_server.append(diff)
     return by_server, not_restored
+
+
+def _blank(value: Any) -> bool:
+    return value is None or value == "" or value == [] or value == {}
 
 
 # --- a read against a snapshot -------------------------------------------------------------

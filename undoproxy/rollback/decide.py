@@ -84,6 +84,8 @@ class Decider:
         """An error answer, a refusal or no answer: did the step change the target anyway?"""
         said = outcome_said(step)
         snap = Snapshot.from_json(step.snapshot) if step.snapshot else None
+        if snap is None and comp.readback is not None:
+            return await self.undecided_pack(step, comp, comp.readback, said)
         if snap is None:
             if agent_outcome(step) == "unknown" and comp.request is None:
                 return Verdict(
@@ -119,6 +121,29 @@ class Decider:
             )
         # It did change the target: undo it (there is no after-image to check drift against).
         return Go(current, note=f"{said}, but it changed the target: ")
+
+    async def undecided_pack(
+        self, step: Step, comp: CompensationRecord, spec: dict[str, Any], said: str
+    ) -> Verdict | Go:
+        """The same question, asked of a pack's read-back (what the targets were before the
+        step): as before -> skipped; changed -> undone."""
+        found = await self.verifier.read_back(step, spec)
+        if found.state == "as_before":
+            assert found.evidence is not None
+            return skipped(
+                found.evidence,
+                f"{said}; read back, the target is as it was before the step ({found.seen}): "
+                "the request did not take effect",
+            )
+        if found.state == "unsupported":
+            return Verdict("unverified", f"{said}; {found.seen}: {RESOLVE}")
+        if found.state == "unreadable":
+            return Verdict(
+                "failed",
+                f"{said}; the target could not be read to tell whether the request took "
+                f"effect ({found.seen}); nothing was sent, a later rollback reads it again",
+            )
+        return Go(note=f"{said}, but it changed the target: ")
 
     # --- a compensation that went out before ------------------------------------------------
 

@@ -337,7 +337,10 @@ class Rollback:
             )
         if verdict is not None:
             return verdict
-        key = target_key(comp.snapshot_url or (comp.request.url if comp.request else None))
+        # An RPC API undoes every resource through the same URL: its pack names the target.
+        key = comp.raw.get("target") or target_key(
+            comp.snapshot_url or (comp.request.url if comp.request else None)
+        )
         attempts = Attempts.of(comp.raw)
         go: Verdict | Go
         if step.status in ("compensating", "unverified") or attempts.may_have_applied:

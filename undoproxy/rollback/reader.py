@@ -14,11 +14,12 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from undoproxy import redact
+from undoproxy.compensators import readback
 from undoproxy.compensators.model import Snapshot, origin, parse_json
 from undoproxy.credentials import CredentialBox
 from undoproxy.retry import RetryPolicy
 from undoproxy.rollback.compare import PRESENT, Read
-from undoproxy.rollback.outgoing import read_request, resource_url
+from undoproxy.rollback.outgoing import check_headers, read_request, resource_url
 from undoproxy.store.records import Step
 from undoproxy.upstream import UpstreamClient, UpstreamError
 
@@ -51,14 +52,18 @@ class Reader:
         method: str = "GET",
         extra: dict[str, str] | None = None,
         body: bytes | None = None,
+        absent_when: dict[str, Any] | None = None,
     ) -> Read:
         """GET the resource (never a pinned version of it) with the agent's credentials; or
-        another read (`method`: a PROPFIND, with its `extra` headers and `body`)."""
+        another read (`method`: a PROPFIND, an RPC read by POST, with its `extra` headers and
+        `body`; `absent_when`: the API's own answer for "no such thing", see
+        compensators/readback.py). A read changes nothing, so it is retried like a GET."""
         target = resource_url(url)
         accept = snap.content_type if snap is not None else None
         request = read_request(
             target, step.url, self.box.open(step.credentials), accept, session=step.session_id
         )
+        check_headers(extra or {})
         try:
             resp = await self.client.send_with_retries(
                 method,
@@ -69,8 +74,23 @@ class Reader:
                 session=request.session,
             )
         except UpstreamError as exc:
-            return Read(target, None, str(exc).replace(target, redact.url(target)))
-        return Read(target, resp)
+            return Read(target, None, str(exc).replace(target, redact.url(target)), method)
+        gone = readback.absent_answer(absent_when, resp.status, resp.body)
+        return Read(target, resp, method=method, absent_answer=gone)
+
+    async def spec(self, step: Step, spec: dict[str, Any]) -> Pages:
+        """What a pack's read-back reads: its URL's pages (a GET), or the one RPC read it
+        names (`method`, `headers`, `body_b64`, `absent_when`: compensators/readback.py)."""
+        url = str(spec.get("url") or "")
+        method, headers, body = readback.request_of(spec)
+        if method == "GET" and not spec.get("absent_when"):
+            return await self.pages(step, url, spec.get("pages"))
+        read = await self.read(
+            step, url, None, method=method, extra=headers, body=body,
+            absent_when=spec.get("absent_when"),
+        )
+        docs = [parse_json(read.response.body)] if read.response is not None else []
+        return Pages(read, docs, True)
 
     async def pages(self, step: Step, url: str, paging: dict[str, Any] | None) -> Pages:
         """The listing at `url` and its further pages, as `paging` says how to find them:

@@ -58,11 +58,11 @@ class ReadEvidence:
     shows: str
 
     @classmethod
-    def of(cls, read: Read, shows: str, method: str = "GET") -> ReadEvidence:
+    def of(cls, read: Read, shows: str, method: str | None = None) -> ReadEvidence:
         """Evidence from an answered read (present or absent: the only states that show)."""
         if read.response is None or read.state not in ("present", "absent"):
             raise ValueError(f"an unreadable target shows nothing ({read.why})")
-        return cls(method, redact.url(read.url), read.response.status, shows)
+        return cls(method or read.method, redact.url(read.url), read.response.status, shows)
 
     def as_json(self) -> dict[str, Any]:
         """The report's form."""

@@ -207,7 +207,7 @@ class Verifier:
         if "targets" in spec:
             return await self.read_targets(step, spec)
         url = str(spec.get("url") or "")
-        pages = await self.reader.pages(step, url, spec.get("pages"))
+        pages = await self.reader.spec(step, spec)
         current = pages.first
         if current.state == UNSUPPORTED:
             return Found("unsupported", f"the target cannot be read back ({current.why})")
@@ -271,8 +271,8 @@ class Verifier:
             current = await self.reader.read(
                 step, url, None, method="PROPFIND", extra=headers, body=body
             )
-        else:
-            current = await self.reader.read(step, url, None)
+        else:  # a GET, or an RPC read (a POST with a body: compensators/readback.py)
+            current = (await self.reader.spec(step, check)).first
         name = targets.label(url)
         if current.state == UNSUPPORTED:
             return Found("unsupported", f"{name} cannot be read back ({current.why})")
@@ -283,7 +283,9 @@ class Verifier:
         if "propfind" in check:
             found = davcheck.differences(check, resp.status, resp.body)
         else:
-            found = targets.differences(check, resp.status, resp.headers, resp.body)
+            found = targets.differences(
+                check, resp.status, resp.headers, resp.body, absent=current.state == ABSENT
+            )
         return current, [f"{name}: {d}" for d in found]
 
     # --- a recreate that fell back to POST ------------------------------------------------

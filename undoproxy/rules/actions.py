@@ -268,6 +268,8 @@ def _compensate(
             where, "compensate must be a compensator name or {method, url, body?, headers?}"
         )
         return None
+    if "read" in value:  # read before, undo from it, read back (compensators/rpc.py)
+        return _compensate_rpc(value, where, captures, problems)
     unknown_keys(value, COMPENSATE_KEYS, "compensate", problems, where)
     method = value.get("method")
     if method is None:
@@ -297,6 +299,99 @@ def _compensate(
         out["method"] = method.strip().upper()
     if isinstance(headers, dict):
         out["headers"] = {str(k): str(v) for k, v in headers.items()}
+    return out
+
+
+def _request_spec(
+    value: Any,
+    where: Location,
+    what: str,
+    keys: frozenset[str],
+    captures: tuple[str, ...],
+    sources: tuple[str, ...] | None,
+    problems: Problems,
+) -> None:
+    """One written request of an RPC compensation (`read`, `undo`, `undo_absent`)."""
+    if not isinstance(value, dict):
+        problems.add(where, f"compensate.{what} must be a mapping {{method, url, body?, ...}}")
+        return
+    unknown_keys(value, keys, f"compensate.{what}", problems, where)
+    method = value.get("method", "GET" if what == "read" else None)
+    if not isinstance(method, str) or method.strip().upper() not in HTTP_METHODS:
+        hint = Problems.suggest(str(method).upper(), HTTP_METHODS)
+        problems.add(at(value, "method", where), f"compensate.{what} needs a method{hint}")
+    url = value.get("url")
+    if url is not None and (not isinstance(url, str) or not url.strip()):
+        problems.add(at(value, "url", where), f"compensate.{what}.url must be a path or URL")
+    headers = value.get("headers")
+    if headers is not None and not isinstance(headers, dict):
+        problems.add(at(value, "headers", where), f"compensate.{what}.headers must be a mapping")
+    if "repeatable" in value and not isinstance(value["repeatable"], bool):
+        problems.add(at(value, "repeatable", where), "repeatable must be true or false")
+    if "form" in value and (not isinstance(value["form"], dict) or "body" in value):
+        problems.add(
+            at(value, "form", where), "form must be a mapping of name: value, instead of a body"
+        )
+    for key in ("url", "body", "headers", "form"):
+        if key in value:
+            _check_template(
+                value[key], at(value, key, where), f"compensate.{what}.{key}", captures,
+                sources, problems,
+            )
+
+
+def _compensate_rpc(
+    value: dict[str, Any], where: Location, captures: tuple[str, ...], problems: Problems
+) -> dict[str, Any] | None:
+    """`compensate: {read, undo, undo_absent}`, checked (compensators/rpc.py)."""
+    from undoproxy.compensators import rpc
+    from undoproxy.rules.conditions import Condition, ConditionError
+    from undoproxy.rules.jsonpaths import JsonPath, simple_path
+
+    before = len(problems.errors)
+    unknown_keys(value, rpc.SPEC_KEYS, "compensate", problems, where)
+    read = value.get("read")
+    # Sent before the step: only the request is known then.
+    _request_spec(
+        read, at(value, "read", where), "read", rpc.READ_KEYS, captures, ("request.body",),
+        problems,
+    )
+    if isinstance(read, dict):
+        absent = read.get("absent")
+        absent_at = at(read, "absent", where)
+        if absent is not None and not isinstance(absent, dict):
+            problems.add(absent_at, 'absent must be a mapping of "$.jsonpath": condition')
+        for key, cond in (absent or {}).items() if isinstance(absent, dict) else ():
+            if key == "status":
+                codes = cond if isinstance(cond, list) else [cond]
+                if not all(isinstance(c, int) and 100 <= c <= 599 for c in codes):
+                    problems.add(at(absent, key, absent_at), "absent.status: HTTP status codes")
+                continue
+            try:
+                JsonPath(str(key))
+                Condition.compile(cond)
+            except (ValueError, ConditionError) as exc:
+                problems.add(at(absent, key, absent_at), f"absent: {exc}")
+        compare = read.get("compare")
+        if compare is not None and (
+            not isinstance(compare, list)
+            or not all(isinstance(c, str) and simple_path(c) is not None for c in compare)
+        ):
+            problems.add(
+                at(read, "compare", where),
+                "compare must be a list of simple JSONPaths ($.a.b, $.items[*].id)",
+            )
+    if "undo" not in value and "undo_absent" not in value:
+        problems.add(where, "compensate with a read needs an undo (and/or undo_absent)")
+    for name in ("undo", "undo_absent"):
+        if name in value:
+            _request_spec(
+                value[name], at(value, name, where), name, rpc.UNDO_KEYS, captures, None,
+                problems,
+            )
+    if len(problems.errors) > before:
+        return None
+    out: dict[str, Any] = plain_value(value)
     return out
 
 

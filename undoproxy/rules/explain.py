@@ -169,6 +169,12 @@ def _default(req: RequestView, default_mutations: str, default_compensate: str) 
 
 
 def _snapshot(req: RequestView, rule: Rule, ctx: TemplateContext) -> str:
+    comp = rule.compensate
+    if isinstance(comp, dict) and isinstance(comp.get("read"), dict):
+        read = comp["read"]
+        url = render_known(read.get("url") or req.url, ctx)
+        where = req.resolve(url) if isinstance(url, str) else str(url)
+        return f"{read.get('method') or 'GET'} {where} before forwarding (compensate.read)"
     spec = rule.effective_snapshot
     if spec is None:
         return "none"
@@ -189,6 +195,16 @@ def _compensation(req: RequestView, rule: Rule, ctx: TemplateContext, default: s
     if isinstance(comp, str):
         described = GENERIC.get(comp) or PACKS.get(comp)
         return f"{comp}: {described}" if described else comp
+    if isinstance(comp.get("read"), dict):  # read-then-undo (compensators/rpc.py)
+        parts = []
+        for key, when in (("undo", "if it was there"), ("undo_absent", "if it was not")):
+            undo = comp.get(key)
+            if isinstance(undo, dict):
+                url = render_known(undo.get("url") or req.url, ctx)
+                shown = req.resolve(url) if isinstance(url, str) else url
+                parts.append(f"{undo.get('method')} {shown} {when}")
+        parts.append("read back by the same read")
+        return "; ".join(parts)
     url = render_known(comp.get("url", ""), ctx)
     text = f"{comp.get('method', '?')} {req.resolve(url) if isinstance(url, str) else url}"
     if "body" in comp:

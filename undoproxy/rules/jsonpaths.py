@@ -100,3 +100,15 @@ def _simple_steps(text: str) -> tuple[Step, ...] | None:
             steps.append(_WILD)
         pos = m.end()
     return tuple(steps)
+
+
+def simple_path(text: str) -> list[str | int] | None:
+    """A simple path as a list of keys, indexes and `"*"` (compensators/readback.py's form),
+    or None when it is not simple (filters, slices, recursion) or not a JSONPath."""
+    text = text.strip()
+    if not text.startswith("$"):
+        return None
+    steps = _simple_steps(text)
+    if steps is None:
+        return None
+    return ["*" if s is _WILD else s for s in steps]  # type: ignore[misc]

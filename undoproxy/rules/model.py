@@ -101,7 +101,10 @@ class Rule:
         if isinstance(self.compensate, str):
             return self.compensate in NEEDS_SNAPSHOT
         if isinstance(self.compensate, dict):
-            return template_references_snapshot(self.compensate)
+            # A read-then-undo makes its own read (compensate.read), never a GET snapshot.
+            return "read" not in self.compensate and template_references_snapshot(
+                self.compensate
+            )
         return False
 
     @property

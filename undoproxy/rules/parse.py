@@ -8,6 +8,7 @@ puts them after these.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,11 @@ def parse_rules(
     return RuleSet(parsed)
 
 
+# Loads an include file that is a pack (a mapping with `name:`): packs/loading.py's, passed in
+# by config.py, as the rules engine knows nothing of packs.
+PackLoader = Callable[[Any, Location, Problems, dict[str, Location]], list[Rule]]
+
+
 def parse_rule_files(
     rules: list[Any] | None,
     include: list[Any] | None,
@@ -54,11 +60,17 @@ def parse_rule_files(
     where: Location,
     problems: Problems,
     names: dict[str, Location],
+    pack_loader: PackLoader | None = None,
 ) -> list[Rule]:
     """The config's rules, then every included file's (errors go to `problems`; `names`
-    collects the rule names, so that a later list may not take one again)."""
+    collects the rule names, so that a later list may not take one again). An include file
+    that is a pack (`name:`, `hosts:`, `rules:`, as `undoproxy packs new` writes one) is
+    loaded by `pack_loader`: its rules are called PACK/RULE."""
     parsed = parse_rule_list(rules, where, "rules", problems, names)
     for doc, file_where in _load_includes(include, base_dir, where, problems):
+        if pack_loader is not None and isinstance(doc, dict) and "name" in doc:
+            parsed.extend(pack_loader(doc, file_where, problems, names))
+            continue
         rule_list: Any = doc
         if isinstance(doc, dict):
             unknown_keys(doc, INCLUDE_FILE_KEYS, "an include file", problems, file_where)
