@@ -34,12 +34,15 @@ from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.queue import ApprovalQueue
+from undoproxy.bodyfiles import private_dir
 from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.inflight import InFlight
 from undoproxy.proxy.bodies import Bodies
+from undoproxy.proxy.bounded import BodyPolicy
+from undoproxy.proxy.framing import Framing
 from undoproxy.proxy.gate import Gate
 from undoproxy.proxy.guard import FailClosed
 from undoproxy.proxy.holds import Holds
@@ -49,6 +52,7 @@ from undoproxy.proxy.layers import ProtocolPolicy, journal_refusals
 from undoproxy.proxy.names import OneName
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
+from undoproxy.proxy.uploads import SpoolPump
 from undoproxy.proxy.websockets import WebSockets
 from undoproxy.rollback import Rollback
 from undoproxy.runtimes import listeners as listener_routes
@@ -166,16 +170,21 @@ async def start(config: Config) -> Running:
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
         JournalAddon(journal, inflight),
+        Framing(),  # last: only a request about to be forwarded gets its length said
     ]
     master.addons.add(
         core.Core(),
         proxy_server,
         next_layer.NextLayer(),
         # Right after NextLayer: amends its decision (HTTP only, bounded bodies).
-        ProtocolPolicy(journal_refusals(journal, identity.session_of)),
+        ProtocolPolicy(
+            BodyPolicy(private_dir(config.state_dir / "spool"), config.max_body),
+            journal_refusals(journal, identity.session_of),
+        ),
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
         guard := FailClosed(ours, journal, inflight, close_socket=sockets.close),
+        SpoolPump(proxy_server),  # sends spooled bodies once judged (proxy/uploads.py)
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held
     # request never even opens a connection to its upstream.

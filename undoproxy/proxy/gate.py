@@ -17,6 +17,7 @@ from mitmproxy import http
 
 from undoproxy import redact
 from undoproxy.proxy import answers
+from undoproxy.proxy.bodies import body_identity
 from undoproxy.proxy.budgets import Budgets
 from undoproxy.proxy.planning import plan_of, request_view
 from undoproxy.proxy.state import FlowState, state_of
@@ -83,7 +84,7 @@ class Gate:
                 return
             request = flow.request
             repeated = self.budgets.repeated(
-                state.session_id, rule, request.method, request.url, request.raw_content or b""
+                state.session_id, rule, request.method, request.url, body_identity(flow)
             )
             if repeated is not None:
                 state.action, state.hold_source = "hold", "guard.repeat"

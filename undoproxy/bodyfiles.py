@@ -1,0 +1,201 @@
+"""Bodies kept on disk, encrypted: request bodies too large to hold while they are judged, and
+snapshots too large to keep in the journal.
+
+Memory per transfer stays bounded whatever its size: a body is written to a file as it
+arrives, in records of at most `RECORD` bytes, and read back the same way. What the journal
+keeps of it is a `BodyCopy`: its first bytes, its length and its SHA-256.
+
+Every record is sealed with AES-GCM (nonce: the file's random 8-byte prefix and the record's
+number; the last record is marked in its associated data), so a file that was edited, cut
+short or reordered is refused when it is read, never replayed in part:
+
+    MAGIC | nonce prefix (8) | { length (4, big-endian) | ciphertext + tag } ...
+
+Two kinds of key: a request body being judged is spooled under a key that exists only in
+this process's memory (the file is also unlinked at once: nothing of it outlives the
+transfer, or a crash); a large snapshot, which rollback may need days later, under a key
+derived from the credentials key (`CredentialBox.file_key`), like the bodies the journal
+seals (undoproxy/store/bodies.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import struct
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+MAGIC = b"UPXBODY1"
+RECORD = 1024 * 1024  # plaintext bytes per sealed record: what is in memory at once
+_PREFIX = 8
+_LENGTH = struct.Struct(">I")
+_LAST, _MORE = b"last", b"more"
+
+
+class BodyFileError(ValueError):
+    """A body file that cannot be read back as written (edited, truncated, another key)."""
+
+
+@dataclass(frozen=True)
+class BodyCopy:
+    """What undoproxy keeps of a body it did not hold whole: its first bytes (up to the
+    limit its caller chose), its length and the SHA-256 of all of it."""
+
+    head: bytes
+    length: int
+    sha256: str
+
+    @property
+    def complete(self) -> bool:
+        """True when `head` is the whole body."""
+        return len(self.head) == self.length
+
+
+def new_key() -> bytes:
+    """A key for one process's spool files (AES-128)."""
+    return AESGCM.generate_key(128)
+
+
+@dataclass
+class BodyWriter:
+    """Writes one body to `file`, sealed, as it arrives; keeps its first `keep` bytes.
+
+    `write` as chunks come, `finish` once (it returns the BodyCopy and leaves the file ready
+    to be read from the start with `chunks`).
+    """
+
+    file: BinaryIO
+    key: bytes
+    keep: int = 0
+    length: int = 0
+    head: bytearray = field(default_factory=bytearray)
+    _pending: bytearray = field(default_factory=bytearray)
+    _digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    _prefix: bytes = field(default_factory=lambda: secrets.token_bytes(_PREFIX))
+    _records: int = 0
+    _copy: BodyCopy | None = None
+
+    def __post_init__(self) -> None:
+        self._aead = AESGCM(self.key)
+        self.file.write(MAGIC + self._prefix)
+
+    def write(self, data: bytes) -> None:
+        """Add `data` to the body (raises OSError when the disk refuses it)."""
+        if self._copy is not None:
+            raise ValueError("this body is finished")
+        if not data:
+            return
+        self.length += len(data)
+        self._digest.update(data)
+        if len(self.head) < self.keep:
+            self.head += data[: self.keep - len(self.head)]
+        self._pending += data
+        while len(self._pending) >= RECORD:
+            self._seal(bytes(self._pending[:RECORD]), last=False)
+            del self._pending[:RECORD]
+
+    def finish(self) -> BodyCopy:
+        """Seal what is left as the last record; the copy of the whole body."""
+        if self._copy is None:
+            self._seal(bytes(self._pending), last=True)
+            self._pending.clear()
+            self.file.flush()
+            self._copy = BodyCopy(bytes(self.head), self.length, self._digest.hexdigest())
+        return self._copy
+
+    def _seal(self, plain: bytes, *, last: bool) -> None:
+        nonce = self._prefix + self._records.to_bytes(4, "big")
+        sealed = self._aead.encrypt(nonce, plain, _LAST if last else _MORE)
+        self.file.write(_LENGTH.pack(len(sealed)) + sealed)
+        self._records += 1
+
+
+def chunks(file: BinaryIO, key: bytes) -> Iterator[bytes]:
+    """The body a BodyWriter wrote to `file`, from its start, one record at a time; raises
+    BodyFileError when the file is not intact (or was written under another key)."""
+    file.seek(0)
+    start = file.read(len(MAGIC) + _PREFIX)
+    if len(start) != len(MAGIC) + _PREFIX or not start.startswith(MAGIC):
+        raise BodyFileError("not a body file")
+    prefix = start[len(MAGIC) :]
+    aead = AESGCM(key)
+    number = 0
+    while True:
+        size = file.read(_LENGTH.size)
+        if len(size) != _LENGTH.size:
+            raise BodyFileError("the body file ends before its last record")
+        (length,) = _LENGTH.unpack(size)
+        if length > RECORD + 16:
+            raise BodyFileError("a record of the body file is larger than any written")
+        sealed = file.read(length)
+        if len(sealed) != length:
+            raise BodyFileError("the body file ends inside a record")
+        nonce = prefix + number.to_bytes(4, "big")
+        try:
+            plain = aead.decrypt(nonce, sealed, _MORE)
+            last = False
+        except InvalidTag:
+            try:
+                plain = aead.decrypt(nonce, sealed, _LAST)
+            except InvalidTag:
+                raise BodyFileError(
+                    "a record of the body file does not open (edited, reordered, or sealed "
+                    "under another key)"
+                ) from None
+            last = True
+        number += 1
+        if plain:
+            yield plain
+        if last:
+            if file.read(1):
+                raise BodyFileError("the body file has data after its last record")
+            return
+
+
+class Spool:
+    """A request body on its way through: an unlinked temporary file under a key of this
+    process's own, gone when closed (or when the process ends, however it ends)."""
+
+    def __init__(self, directory: Path, keep: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 - closed in close()
+        self._key = new_key()
+        self.writer = BodyWriter(self._file, self._key, keep)
+        self.copy: BodyCopy | None = None
+
+    def write(self, data: bytes) -> None:
+        """Add what arrived."""
+        self.writer.write(data)
+
+    @property
+    def length(self) -> int:
+        """Bytes written so far."""
+        return self.writer.length
+
+    def finish(self) -> BodyCopy:
+        """The whole body has arrived."""
+        self.copy = self.writer.finish()
+        return self.copy
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body again, from the start, in bounded pieces."""
+        return chunks(self._file, self._key)
+
+    def close(self) -> None:
+        """Forget the body (the file is freed by the OS)."""
+        self._file.close()
+
+
+def private_dir(path: Path) -> Path:
+    """`path`, created if need be, readable by this user only."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
