@@ -20,9 +20,11 @@ seals (undoproxy/store/bodies.py).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
+import shutil
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -199,3 +201,100 @@ def private_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, 0o700)
     return path
+
+
+@dataclass(frozen=True)
+class FileBody:
+    """A body kept in a body file (`BodyFiles`), by name, with its length and SHA-256: how a
+    snapshot too large for the journal, and the compensation that writes it back, refer to it.
+    """
+
+    name: str
+    length: int
+    sha256: str
+
+    def to_json(self) -> dict[str, object]:
+        """The journal's form."""
+        return {"name": self.name, "length": self.length, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, data: object) -> FileBody | None:
+        """Back from the journal's form (None when `data` is not one)."""
+        if not isinstance(data, dict):
+            return None
+        name, length, sha = data.get("name"), data.get("length"), data.get("sha256")
+        if not isinstance(name, str) or not isinstance(length, int) or not isinstance(sha, str):
+            return None
+        return cls(name, length, sha)
+
+
+class BodyFiles:
+    """The body files of one installation: `<state_dir>/bodies/<session>/<id>.body`, sealed
+    under a key derived from the credentials key (`CredentialBox.file_key`), so that they
+    outlive restarts and open only with that key. A session's files go when it is committed
+    or rolled back (`forget`); replicas that share the state dir share them."""
+
+    def __init__(self, directory: Path, key: bytes) -> None:
+        self.directory = directory
+        self.key = key
+
+    def _session_dir(self, session_id: str) -> Path:
+        digest = hashlib.sha256(session_id.encode()).hexdigest()[:32]
+        return self.directory / digest
+
+    def create(self, session_id: str, keep: int = 0) -> tuple[str, BodyWriter]:
+        """A new body file of the session: its name and the writer to fill it (the caller
+        finishes it, then closes `writer.file`; `discard(name)` if it is not kept)."""
+        where = private_dir(self._session_dir(session_id))
+        owner = where / "session"
+        if not owner.exists():
+            owner.write_text(session_id)
+        name = f"{where.name}/{secrets.token_hex(12)}.body"
+        fd = os.open(self.directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        return name, BodyWriter(os.fdopen(fd, "w+b"), self.key, keep)
+
+    def path(self, name: str) -> Path:
+        """Where a body file is (ValueError for a name that is not one of ours)."""
+        parts = Path(name).parts
+        if len(parts) != 2 or not parts[1].endswith(".body") or ".." in parts:
+            raise ValueError(f"not a body file name: {name!r}")
+        return self.directory / name
+
+    def exists(self, ref: FileBody) -> bool:
+        """True when the file is here (another replica's state dir may not hold it)."""
+        try:
+            return self.path(ref.name).is_file()
+        except ValueError:
+            return False
+
+    def chunks(self, ref: FileBody) -> Iterator[bytes]:
+        """The body, one record at a time; BodyFileError when it is missing or not intact."""
+        try:
+            file = self.path(ref.name).open("rb")
+        except (OSError, ValueError) as exc:
+            raise BodyFileError(f"the body file {ref.name} cannot be opened: {exc}") from None
+        with file:
+            yield from chunks(file, self.key)
+
+    def discard(self, name: str) -> None:
+        """Remove one body file (one that will not be used)."""
+        with contextlib.suppress(OSError, ValueError):
+            self.path(name).unlink(missing_ok=True)
+
+    def forget(self, session_id: str) -> None:
+        """Remove every body file of a session (committed or rolled back: nothing will
+        replay them)."""
+        shutil.rmtree(self._session_dir(session_id), ignore_errors=True)
+
+    def sessions(self) -> dict[str, Path]:
+        """session id -> its directory, for every session that has body files."""
+        out: dict[str, Path] = {}
+        if not self.directory.is_dir():
+            return out
+        for child in self.directory.iterdir():
+            owner = child / "session"
+            try:
+                out[owner.read_text()] = child
+            except OSError:
+                continue
+        return out

@@ -34,7 +34,7 @@ from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.queue import ApprovalQueue
-from undoproxy.bodyfiles import private_dir
+from undoproxy.bodyfiles import BodyFiles, private_dir
 from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
@@ -125,11 +125,14 @@ async def start(config: Config) -> Running:
     master = Master(opts)
     proxy_server = proxyserver.Proxyserver()
     listeners = SessionListeners(proxy_server, config.proxy_listen[0], config.state_dir)
+    files = BodyFiles(private_dir(config.state_dir / "bodies"), box.file_key())
     snapshots = Snapshots(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
+        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing, files=files),
         box,
         auto=config.defaults_compensate == "auto",
+        files=files,
+        max_body=config.max_body,
     )
     approvals = ApprovalQueue(journal, Webhooks(config.approvals_notify))
     inflight = InFlight()  # mutations forwarded and not yet answered: freeze/rollback wait
@@ -204,7 +207,7 @@ async def start(config: Config) -> Running:
     context.inflight = inflight
     context.rollback = Rollback(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing),
+        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing, files=files),
         box,
         inflight=inflight,
         after_reads=snapshots.after_reads,

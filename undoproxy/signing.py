@@ -107,12 +107,15 @@ class Signers:
         headers: Mapping[str, str],
         body: bytes | None,
         now: datetime.datetime | None = None,
+        *,
+        payload_sha256: str | None = None,
     ) -> tuple[str, dict[str, str]]:
-        """(url, headers) to send: signed when an entry matches, else as given."""
+        """(url, headers) to send: signed when an entry matches, else as given
+        (`payload_sha256`: the body's hash, for a body streamed from a file)."""
         entry = self.for_url(url)
         if entry is None:
             return url, dict(headers)
-        return sign_v4(entry.aws, method, url, headers, body, now)
+        return sign_v4(entry.aws, method, url, headers, body, now, payload_sha256=payload_sha256)
 
 
 def _hmac(key: bytes, text: str) -> bytes:
@@ -153,16 +156,19 @@ def sign_v4(
     headers: Mapping[str, str],
     body: bytes | None,
     now: datetime.datetime | None = None,
+    *,
+    payload_sha256: str | None = None,
 ) -> tuple[str, dict[str, str]]:
     """(url, headers) of the request signed with `key`: the URL with its query canonical
     (send exactly this URL, unchanged), the headers with Host, X-Amz-Date,
-    X-Amz-Content-Sha256, Authorization (and X-Amz-Security-Token) set."""
+    X-Amz-Content-Sha256, Authorization (and X-Amz-Security-Token) set. `payload_sha256`
+    stands for `body` when the body is streamed from a file (its hash is known)."""
     parts = urlsplit(url)
     query = canonical_query(parts.query)
     out_url = urlunsplit((parts.scheme, parts.netloc, parts.path or "/", query, ""))
     stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%dT%H%M%SZ")
     day = stamp[:8]
-    payload = hashlib.sha256(body or b"").hexdigest()
+    payload = payload_sha256 or hashlib.sha256(body or b"").hexdigest()
     out = {k: v for k, v in headers.items() if k.lower() not in _AGENT_SIGNATURE_HEADERS}
     default_port = 443 if parts.scheme == "https" else 80
     host = (parts.hostname or "").lower()

@@ -273,3 +273,25 @@ def test_a_chunked_response_larger_than_undoproxy_buffers_streams_through(
         "sha256": hashlib.sha256(r.content).hexdigest(),
         "complete": True,
     }
+
+
+def test_a_body_that_cannot_be_spooled_is_refused_not_forwarded(
+    proxy: Undoproxy, upstream: ThreadedServer, session_id: str
+) -> None:
+    """The disk refuses the spool (here: the spool directory is gone, a file in its place):
+    507 undoproxy_spool_failed, nothing forwarded, the refusal journaled."""
+    spool = proxy.state_dir / "spool"
+    spool.rename(spool.with_name("spool-away"))
+    spool.write_text("not a directory")
+    path = f"/files/{uuid.uuid4().hex}"
+    try:
+        with proxy.agent(session_id) as agent:
+            r = agent.put(upstream.base_url + path, data=io.BytesIO(_body(20 * MiB)))
+    finally:
+        spool.unlink()
+        spool.with_name("spool-away").rename(spool)
+    assert r.status_code == 507
+    assert r.json()["error"] == "undoproxy_spool_failed"
+    assert _sent(upstream, path) is None
+    [step] = proxy.steps(session_id)
+    assert (step["status"], step["response_status"]) == ("denied", 507)

@@ -66,6 +66,7 @@ def _hooks() -> list[tuple[str, str]]:
 def _chain() -> list[type]:
     from undoproxy.proxy import (
         bodies,
+        framing,
         gate,
         holds,
         identity,
@@ -86,6 +87,7 @@ def _chain() -> list[type]:
         holds.Holds,
         snapshots.Snapshots,
         journaling.JournalAddon,
+        framing.Framing,
     ]
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from undoproxy.bodyfiles import FileBody
+
 
 @functools.lru_cache(maxsize=1024)  # asked for each request undoproxy sends, often alike
 def origin(url: str) -> tuple[str, str]:
@@ -95,6 +97,26 @@ class Snapshot:
     # x-amz-meta-*, ...): see `representation_headers`. A restore sends them back and a
     # verification read compares them.
     headers: dict[str, str] = field(default_factory=dict)
+    # A body too large for the journal, kept in a body file instead (`body` is then empty):
+    # a restore streams it back, a verification compares by its SHA-256.
+    file: FileBody | None = None
+
+    @property
+    def replay_body(self) -> bytes | FileBody:
+        """What a request that writes this snapshot back sends: its bytes, or its file."""
+        return self.file if self.file is not None else self.body
+
+    @property
+    def length(self) -> int:
+        """The body's length in bytes."""
+        return self.file.length if self.file is not None else len(self.body)
+
+    @property
+    def sha256(self) -> str:
+        """The body's SHA-256."""
+        if self.file is not None:
+            return self.file.sha256
+        return hashlib.sha256(self.body).hexdigest()
 
     @property
     def existed(self) -> bool:
@@ -113,7 +135,8 @@ class Snapshot:
             "content_type": self.content_type,
             "headers": self.headers,
             "body_b64": base64.b64encode(self.body).decode(),
-            "length": len(self.body),
+            "length": self.length,
+            **({"file": self.file.to_json()} if self.file is not None else {}),
         }
 
     @classmethod
@@ -127,6 +150,7 @@ class Snapshot:
             last_modified=data.get("last_modified"),
             content_type=data.get("content_type"),
             headers=dict(data.get("headers") or {}),
+            file=FileBody.from_json(data.get("file")),
         )
 
 
@@ -276,14 +300,19 @@ def inverse_request(
     content_type: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One inverse request in the journal's form."""
-    body_b64, inferred_type = encode_body(body)
+    """One inverse request in the journal's form (a FileBody `body` is sent from its file)."""
+    if isinstance(body, FileBody):
+        body_b64, inferred_type = None, None
+    else:
+        body_b64, inferred_type = encode_body(body)
     out: dict[str, Any] = {
         "method": method,
         "url": url,
         "body_b64": body_b64,
         "content_type": content_type or inferred_type,
     }
+    if isinstance(body, FileBody):
+        out["body_file"] = body.to_json()
     if headers:
         out["headers"] = headers
     return out

@@ -277,9 +277,9 @@ class Sender:
     async def _send_once(self, out: Outgoing) -> UpstreamResponse:
         if out.idempotent:
             return await self.client.send_with_retries(
-                out.method, out.url, self.policy, out.headers, out.body
+                out.method, out.url, self.policy, out.headers, out.sent_body
             )
-        return await self.client.send(out.method, out.url, out.headers, out.body)
+        return await self.client.send(out.method, out.url, out.headers, out.sent_body)
 
 
 def _pins_rev(request: InverseRequest) -> bool:

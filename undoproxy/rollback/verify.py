@@ -283,7 +283,9 @@ class Verifier:
         if "propfind" in check:
             found = davcheck.differences(check, resp.status, resp.body)
         else:
-            found = targets.differences(check, resp.status, resp.headers, resp.body)
+            found = targets.differences(
+                check, resp.status, resp.headers, resp.body, resp.sha256, resp.length
+            )
         return current, [f"{name}: {d}" for d in found]
 
     # --- a recreate that fell back to POST ------------------------------------------------
