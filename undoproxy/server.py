@@ -49,6 +49,7 @@ from undoproxy.proxy.holds import Holds
 from undoproxy.proxy.identity import SessionIdentity
 from undoproxy.proxy.journaling import JournalAddon
 from undoproxy.proxy.layers import ProtocolPolicy, journal_refusals
+from undoproxy.proxy.mcp import McpTraffic, as_jsonrpc_error
 from undoproxy.proxy.names import OneName
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
@@ -169,6 +170,7 @@ async def start(config: Config) -> Running:
         sockets,
         Streaming(),
         Bodies(),
+        McpTraffic(),  # before the gate: the rules see the called tool's hints
         gate,
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
@@ -186,7 +188,9 @@ async def start(config: Config) -> Running:
         ),
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
-        guard := FailClosed(ours, journal, inflight, close_socket=sockets.close),
+        guard := FailClosed(
+            ours, journal, inflight, close_socket=sockets.close, reshape=[as_jsonrpc_error]
+        ),
         SpoolPump(proxy_server),  # sends spooled bodies once judged (proxy/uploads.py)
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held

@@ -1,9 +1,9 @@
 """A real HTTP/2 upstream: Hypercorn over TLS (ALPN h2 and http/1.1), in its own thread.
 
-    POST|PUT /count          answers {"size", "sha256", "http_version", "content_length"}:
-                             what arrived, hashed, and how (the protocol it came by)
-    GET /stream?pieces=N     N pieces of 64 KiB, with no Content-Length (HTTP/1.1: chunked;
-                             HTTP/2: the end of the stream ends it)
+POST|PUT /count          answers {"size", "sha256", "http_version", "content_length"}:
+                         what arrived, hashed, and how (the protocol it came by)
+GET /stream?pieces=N     N pieces of 64 KiB, with no Content-Length (HTTP/1.1: chunked;
+                         HTTP/2: the end of the stream ends it)
 """
 
 from __future__ import annotations

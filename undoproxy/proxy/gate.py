@@ -113,7 +113,8 @@ class Gate:
         """The action of the first matching rule, or of the defaults."""
         match = None
         if self.rules.rules:
-            state.view = request_view(flow, state)
+            # Built once per request (the MCP addon may have built it, with the tool's hints).
+            state.view = state.view or request_view(flow, state)
             match = self.rules.match(state.view)
         if match is None:
             if state.is_mutation:

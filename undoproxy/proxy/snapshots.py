@@ -374,6 +374,11 @@ class Snapshots:
             state.step.id if state.step else "", redact.url(url), detail, challenge
         )
 
+    def error(self, flow: http.HTTPFlow) -> None:
+        """A stream cut short after the upstream answered: complete from what is known."""
+        if flow.response is not None:
+            self.response(flow)
+
     def response(self, flow: http.HTTPFlow) -> None:
         """Complete the compensation from the response."""
         state = state_of(flow)

@@ -40,6 +40,11 @@ class FlowState:
     pending_fields: dict[str, Any] = field(default_factory=dict)  # written ahead with the step
     limits: list[Any] = field(default_factory=list)  # budgets a shared journal fences it on
     outcome_fields: dict[str, Any] = field(default_factory=dict)  # written with the outcome
+    # What a protocol addon learnt about the exchange (proxy/mcp.py: `mcp`), kept in the
+    # step's `meta` whatever rule matched
+    facts: dict[str, Any] = field(default_factory=dict)
+    response_keep: int | None = None  # bytes of a streamed answer to keep, when more is needed
+    mcp: Any = None  # the MCP exchange (proxy/mcp.py), when this is one
 
 
 def state_of(flow: http.HTTPFlow) -> FlowState | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -52,10 +53,17 @@ def new_step(
         request_body_len=body.length,
         request_body_sha256=body.sha256 or None,
         intent=state.intent,
-        meta=record_meta(flow, state, with_response=False) if record else None,
+        meta=with_facts(record_meta(flow, state, with_response=False), state) if record else None,
     )
     state.step = step
     return step
+
+
+def with_facts(meta: dict[str, Any] | None, state: FlowState) -> dict[str, Any] | None:
+    """`meta` with what protocol addons learnt about the exchange (`state.facts`)."""
+    if not state.facts:
+        return meta
+    return {**(meta or {}), **copy.deepcopy(state.facts)}
 
 
 def record_meta(
@@ -132,7 +140,7 @@ def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
     opened = response.status_code == 101 and flow.websocket is not None
     ok = 200 <= response.status_code < 300 or opened
     refused = _refused_in_body(flow, state) if ok and not streamed else None
-    meta = record_meta(flow, state, with_response=True)
+    meta = with_facts(record_meta(flow, state, with_response=True), state)
     if tap is not None:
         copy = tap.copy()
         body: bytes | None = copy.head

@@ -146,7 +146,10 @@ def tap_for(flow: http.HTTPFlow) -> BodyTap:
     tail = None
     if record is not None and flow.response is not None:
         tail = StreamTail(encoding=flow.response.headers.get("content-encoding", ""))
-    return BodyTap(MUTATION_BODY_LIMIT if mutation else READ_BODY_LIMIT, tail)
+    keep = MUTATION_BODY_LIMIT if mutation else READ_BODY_LIMIT
+    if state is not None and state.response_keep is not None:
+        keep = max(keep, state.response_keep)
+    return BodyTap(keep, tail)
 
 
 def is_streamed_type(content_type: str) -> bool:
