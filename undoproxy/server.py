@@ -44,6 +44,7 @@ from undoproxy.proxy.bodies import Bodies
 from undoproxy.proxy.bounded import BodyPolicy
 from undoproxy.proxy.framing import Framing
 from undoproxy.proxy.gate import Gate
+from undoproxy.proxy.grpc import GrpcCalls, as_grpc_status
 from undoproxy.proxy.guard import FailClosed
 from undoproxy.proxy.holds import Holds
 from undoproxy.proxy.identity import SessionIdentity
@@ -171,6 +172,7 @@ async def start(config: Config) -> Running:
         Streaming(),
         Bodies(),
         McpTraffic(),  # before the gate: the rules see the called tool's hints
+        GrpcCalls(),
         gate,
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
@@ -189,7 +191,12 @@ async def start(config: Config) -> Running:
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
         guard := FailClosed(
-            ours, journal, inflight, close_socket=sockets.close, reshape=[as_jsonrpc_error]
+            ours,
+            journal,
+            inflight,
+            close_socket=sockets.close,
+            # undoproxy's own answers in the shape the agent's protocol expects
+            reshape=[as_jsonrpc_error, as_grpc_status],
         ),
         SpoolPump(proxy_server),  # sends spooled bodies once judged (proxy/uploads.py)
     )

@@ -27,6 +27,9 @@ from undoproxy.limits import DECODE_IN_THREAD_OVER
 from undoproxy.proxy.state import FlowState, state_of
 
 SPOOLED = "undoproxy_spooled"  # flow.metadata: the BodyCopy of a spooled request body
+# flow.metadata: a request judged on its headers, before its body (a gRPC stream: proxy/
+# bounded.py): "judging" while the request hooks run, then "judged"
+JUDGED_EARLY = "undoproxy_judged_early"
 
 
 def spooled(flow: http.HTTPFlow) -> BodyCopy | None:
@@ -94,7 +97,14 @@ def response_body(flow: http.HTTPFlow, state: FlowState | None = None) -> Decode
 
 
 def _unread(flow: http.HTTPFlow) -> Decoded | None:
-    """How a spooled body is judged: unknown content, with the reason."""
+    """How a spooled body, or one judged before it arrives, is judged: unknown content, with
+    the reason."""
+    if flow.metadata.get(JUDGED_EARLY):
+        return Decoded(
+            b"",
+            "a gRPC request is a stream of messages: it is judged by its method, before its "
+            "messages arrive",
+        )
     copy = spooled(flow)
     if copy is None:
         return None

@@ -14,7 +14,12 @@ snapshotted or journaled it. `BoundedStream` does neither:
 - a body past `BodyPolicy.max_body` is refused with 413 `undoproxy_body_too_large` as soon
   as that is known (announced, or as it arrives): no more of it is read, nothing forwarded;
 - a response is streamed to the agent once more than `STREAM_RESPONSE_OVER` of it has
-  arrived, through the tap that keeps its bounded copy (proxy/streaming.py).
+  arrived, through the tap that keeps its bounded copy (proxy/streaming.py);
+- a gRPC request (`application/grpc...`) is a stream of messages that may never end while the
+  call lasts (a bidirectional call waits for answers before it sends more): it is judged on
+  its headers (the method is its path; protobuf messages are nothing rules can read, so its
+  body counts as unknown), held, refused or written ahead there, and only then streamed
+  upstream through a tap that keeps the journal's copy. A refusal is answered at once.
 
 mitmproxy's own `body_size_limit` and `stream_large_bodies` cannot do this: they apply to both
 directions, answer in HTML, and the latter forwards before the hooks have judged.
@@ -57,9 +62,9 @@ from undoproxy.limits import (
     STREAM_RESPONSE_OVER,
 )
 from undoproxy.proxy import answers
-from undoproxy.proxy.bodies import SPOOLED
+from undoproxy.proxy.bodies import JUDGED_EARLY, SPOOLED
 from undoproxy.proxy.state import state_of
-from undoproxy.proxy.streaming import tap_for
+from undoproxy.proxy.streaming import BodyTap, is_grpc, tap_for
 from undoproxy.proxy.uploads import PUMP, Pump, SpoolPumpHook
 
 log = logging.getLogger(__name__)
@@ -90,6 +95,9 @@ class BoundedStream(HttpStream):
 
     def _bound_request(self) -> layer.CommandGenerator[bool]:
         early = not self.request_body_buf  # announced, before the requestheaders hook ran
+        if early and self.spool is None and is_grpc(self.flow.request):
+            yield from self._judge_early()
+            return True
         size = _announced(self) if early else len(self.request_body_buf)
         if size is not None and size > self.policy.max_body:
             yield from self._refuse_request(size, early=early)
@@ -102,6 +110,36 @@ class BoundedStream(HttpStream):
                 yield from self._cannot_spool(exc)
                 return True
         return False
+
+    def _judge_early(self) -> layer.CommandGenerator[None]:
+        """Run the request hooks now, on the headers; then answer, or stream the body on."""
+        flow = self.flow
+        flow.metadata[JUDGED_EARLY] = "judging"
+        yield HttpRequestHeadersHook(flow)
+        if (yield from self.check_killed(True)):
+            return
+        if flow.response is None:
+            yield HttpRequestHook(flow)
+            if (yield from self.check_killed(True)):
+                return
+        flow.metadata[JUDGED_EARLY] = "judged"  # the request hook at the body's end is not ours
+        self.server_state = self.state_wait_for_response_headers
+        if flow.response is not None:  # refused, denied after a hold, failed closed
+            flow.response.timestamp_start = time.time()
+            yield HttpResponseHeadersHook(flow)
+            yield from self.send_response()
+            self.client_state = self.server_state = self.state_errored
+            if flow.request.is_http2:
+                yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
+            else:
+                yield SendHttp(
+                    ResponseProtocolError(self.stream_id, "refused", status_codes.NO_RESPONSE),
+                    self.context.client,
+                )
+            flow.live = False
+            return
+        flow.request.stream = BodyTap(MUTATION_BODY_LIMIT)
+        yield from self.start_request_stream()
 
     def _start_spool(self) -> None:
         """Move what arrived to a spool file; the rest goes there as it comes."""

@@ -39,6 +39,7 @@ from undoproxy.compensators.record import nothing
 from undoproxy.inflight import InFlight
 from undoproxy.methods import is_mutation
 from undoproxy.proxy import answers
+from undoproxy.proxy.bodies import JUDGED_EARLY
 from undoproxy.proxy.state import KEY, FlowState, state_of
 from undoproxy.proxy.steps import new_step
 from undoproxy.store.journal import Journal
@@ -94,7 +95,10 @@ class FailClosed:
         await self._flow_hook("requestheaders", flow)
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        """Whole request read; nothing forwarded yet."""
+        """Whole request read; nothing forwarded yet (a request judged on its headers, a gRPC
+        stream, ran this hook then: the one at the end of its body is not ours)."""
+        if flow.metadata.get(JUDGED_EARLY) == "judged":
+            return
         await self._flow_hook("request", flow)
         if flow.response is not None:
             for reshape in self.reshape:

@@ -45,6 +45,7 @@ class FlowState:
     facts: dict[str, Any] = field(default_factory=dict)
     response_keep: int | None = None  # bytes of a streamed answer to keep, when more is needed
     mcp: Any = None  # the MCP exchange (proxy/mcp.py), when this is one
+    failure: str | None = None  # why an answer that looks like success is not (gRPC status)
 
 
 def state_of(flow: http.HTTPFlow) -> FlowState | None:

@@ -131,7 +131,8 @@ def _shown(value: Any) -> str:
 
 def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
     """The journal fields a response fills in (a streamed one's from its tap: first bytes,
-    length and SHA-256, in `meta.stream`)."""
+    length and SHA-256, in `meta.stream`; a request streamed on after it was judged, a gRPC
+    stream, gets its own copy from its tap too)."""
     response = flow.response
     assert response is not None
     tap = response.stream if isinstance(response.stream, BodyTap) else None
@@ -139,20 +140,33 @@ def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
     # 101 to a WebSocket upgrade is its success: the socket is open (proxy/websockets.py).
     opened = response.status_code == 101 and flow.websocket is not None
     ok = 200 <= response.status_code < 300 or opened
-    refused = _refused_in_body(flow, state) if ok and not streamed else None
+    refused = (_refused_in_body(flow, state) if ok and not streamed else None) or state.failure
     meta = with_facts(record_meta(flow, state, with_response=True), state)
+    error = refused
     if tap is not None:
         copy = tap.copy()
         body: bytes | None = copy.head
         length: int | None = copy.length
         meta = {**(meta or {}), "stream": stream_meta(tap)}
-        error = refused if tap.ended else "the stream ended before its end: the copy is partial"
+        if not tap.ended:
+            error = "the stream ended before its end: the copy is partial"
     elif streamed:  # streamed by something other than undoproxy's tap
-        body, length, error = None, None, "response streamed to the agent; body not journaled"
+        body, length = None, None
+        error = error or "response streamed to the agent; body not journaled"
     else:
         raw = response.raw_content or b""
-        body, length, error = raw[: body_limit(state)], len(raw), refused
+        body, length = raw[: body_limit(state)], len(raw)
+    fields: dict[str, object] = {}
+    sent = flow.request.stream
+    if isinstance(sent, BodyTap):
+        request_copy = sent.copy()
+        fields = {
+            "request_body": request_copy.head or None,
+            "request_body_len": request_copy.length,
+            "request_body_sha256": request_copy.sha256 if request_copy.length else None,
+        }
     return {
+        **fields,
         "status": "succeeded" if ok and refused is None else "failed",
         "response_status": response.status_code,
         "response_headers": [list(p) for p in redact.headers(response.headers.items(multi=True))],

@@ -152,6 +152,12 @@ def tap_for(flow: http.HTTPFlow) -> BodyTap:
     return BodyTap(keep, tail)
 
 
+def is_grpc(message: http.Message) -> bool:
+    """A gRPC request or response (`application/grpc`, `+proto`, `+json`, ...)."""
+    content_type: str = message.headers.get("content-type", "")
+    return content_type.strip().lower().startswith("application/grpc")
+
+
 def is_streamed_type(content_type: str) -> bool:
     """True for media types that are streams of messages, passed on as they arrive."""
     return content_type.strip().lower().startswith(STREAMED_TYPES)
@@ -162,8 +168,14 @@ class Streaming:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """Buffer (or spool) every request body, so our hooks decide before a byte of it is
-        forwarded."""
-        flow.request.stream = False
+        forwarded (a gRPC stream, judged on its headers, is streamed on by proxy/bounded.py)."""
+        if not isinstance(flow.request.stream, BodyTap):
+            flow.request.stream = False
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """The whole response has passed (an answer of headers alone never calls the tap)."""
+        if flow.response is not None and isinstance(flow.response.stream, BodyTap):
+            flow.response.stream.ended = True
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """Stream event streams and large or open-ended bodies through live, tapped."""
