@@ -11,8 +11,11 @@
                                                  that waits for each echo before sending the
                                                  next deadlocks behind a buffering proxy)
 
+    any other method      unary -> unary         echoes the request
+
 Messages are raw bytes (no protobuf schema needed: the method handlers take and return bytes).
-`CALLS` lists the methods that reached the server, `STORED` what Put stored.
+`calls` lists the methods of demo.Files that reached the server, `paths` every method's full
+path, `stored` what Put stored.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class GrpcServer:
 
     def __init__(self, cert: tuple[Path, Path], host: str = "127.0.0.1") -> None:
         self.calls: list[str] = []
+        self.paths: list[str] = []
         self.stored: list[bytes] = []
         self.release = threading.Event()
         self.host = host
@@ -46,7 +50,10 @@ class GrpcServer:
             "Chat": grpc.stream_stream_rpc_method_handler(self._chat),
         }
         self.server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, handlers),)
+            (
+                _Echo(self.paths, set(handlers)),
+                grpc.method_handlers_generic_handler(SERVICE, handlers),
+            )
         )
         credentials = grpc.ssl_server_credentials([(cert[1].read_bytes(), cert[0].read_bytes())])
         self.port = self.server.add_secure_port(f"{host}:0", credentials)
@@ -91,3 +98,18 @@ class GrpcServer:
         self.calls.append("Chat")
         for message in requests:
             yield b"echo:" + message
+
+
+class _Echo(grpc.GenericRpcHandler):
+    """Any method: a unary echo (and every method's path is noted)."""
+
+    def __init__(self, paths: list[str], known: set[str]) -> None:
+        self.paths = paths
+        self.known = {f"/{SERVICE}/{name}" for name in known}
+
+    def service(self, handler_call_details: Any) -> Any:
+        method = handler_call_details.method
+        self.paths.append(method)
+        if method in self.known:
+            return None  # demo.Files' own handler takes it
+        return grpc.unary_unary_rpc_method_handler(lambda request, context: request)

@@ -8,8 +8,9 @@ uvicorn in its own thread: a small file store with tools whose annotations say w
     github.create_issue(title)                  a made-up issue number (a dotted tool name)
     login(user, password)                       "welcome USER" (its password must be redacted)
 
-`FILES` is the store, `CALLS` the name of every tool call that reached the server.
-`json_response=True` answers each POST with JSON instead of a server-sent event stream.
+`files` is the store, `calls` the name of every tool call that reached the server, `paths`
+the path and query of every HTTP request. `json_response=True` answers each POST with JSON
+instead of a server-sent event stream; `cert` serves HTTPS.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -29,10 +31,18 @@ from mcp.types import ToolAnnotations
 class McpServer:
     """FastMCP over Streamable HTTP on 127.0.0.1 (a port of its own) until stop()."""
 
-    def __init__(self, *, json_response: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        json_response: bool = False,
+        cert: tuple[Path, Path] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.files: dict[str, str] = {"hello.txt": "hello world"}
         self.calls: list[str] = []
-        self.deleted_sessions: list[str] = []
+        self.paths: list[str] = []
+        self.host = host
+        self.scheme = "https" if cert else "http"
         mcp = FastMCP(
             "files",
             json_response=json_response,
@@ -41,18 +51,35 @@ class McpServer:
         self._tools(mcp)
         self.app = mcp.streamable_http_app()
         self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock.bind((host, 0))
         self.port = self._sock.getsockname()[1]
         config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+            self._recorded,
+            log_level="warning",
+            lifespan="on",
+            interface="asgi3",
+            timeout_graceful_shutdown=1,
+            ssl_certfile=str(cert[0]) if cert else None,
+            ssl_keyfile=str(cert[1]) if cert else None,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
     def url(self) -> str:
         """The MCP endpoint."""
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"{self.base_url}/mcp"
+
+    async def _recorded(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The app, noting the path and query of every HTTP request."""
+        if scope["type"] == "http":
+            query = scope.get("query_string", b"").decode()
+            self.paths.append(scope["path"] + (f"?{query}" if query else ""))
+        await self.app(scope, receive, send)
 
     def _tools(self, mcp: FastMCP[Any]) -> None:
         read_only = ToolAnnotations(readOnlyHint=True)
