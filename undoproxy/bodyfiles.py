@@ -35,6 +35,8 @@ from typing import BinaryIO
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from undoproxy.offload import InOrder
+
 MAGIC = b"UPXBODY1"
 RECORD = 1024 * 1024  # plaintext bytes per sealed record: what is in memory at once
 _PREFIX = 8
@@ -88,35 +90,48 @@ class BodyWriter:
     def __post_init__(self) -> None:
         self._aead = AESGCM(self.key)
         self.file.write(MAGIC + self._prefix)
+        # Hashing, sealing and writing happen beside the event loop, in order (offload.py).
+        self._queue = InOrder(self._absorb)
 
     def write(self, data: bytes) -> None:
-        """Add `data` to the body (raises OSError when the disk refuses it)."""
+        """Add `data` to the body (raises OSError when the disk refused earlier data)."""
         if self._copy is not None:
             raise ValueError("this body is finished")
         if not data:
             return
         self.length += len(data)
-        self._digest.update(data)
         if len(self.head) < self.keep:
             self.head += data[: self.keep - len(self.head)]
-        self._pending += data
-        while len(self._pending) >= RECORD:
-            self._seal(bytes(self._pending[:RECORD]), last=False)
-            del self._pending[:RECORD]
+        self._queue.add(data)
+
+    def _absorb(self, data: bytes | bytearray) -> None:
+        self._digest.update(data)
+        view = memoryview(data)
+        while view:
+            room = RECORD - len(self._pending)
+            self._pending += view[:room]
+            view = view[room:]
+            if len(self._pending) == RECORD:
+                self._seal(self._pending, last=False)
+                self._pending = bytearray()
 
     def finish(self) -> BodyCopy:
-        """Seal what is left as the last record; the copy of the whole body."""
+        """Seal what is left as the last record; the copy of the whole body (raises OSError
+        when the disk refused any of it)."""
         if self._copy is None:
+            self._queue.done()
             self._seal(bytes(self._pending), last=True)
             self._pending.clear()
             self.file.flush()
             self._copy = BodyCopy(bytes(self.head), self.length, self._digest.hexdigest())
         return self._copy
 
-    def _seal(self, plain: bytes, *, last: bool) -> None:
+    def _seal(self, plain: bytes | bytearray, *, last: bool) -> None:
         nonce = self._prefix + self._records.to_bytes(4, "big")
-        sealed = self._aead.encrypt(nonce, plain, _LAST if last else _MORE)
-        self.file.write(_LENGTH.pack(len(sealed)) + sealed)
+        # Any bytes-like object is accepted (a bytearray spares a copy); the stubs say bytes.
+        sealed = self._aead.encrypt(nonce, plain, _LAST if last else _MORE)  # type: ignore[arg-type]
+        self.file.write(_LENGTH.pack(len(sealed)))
+        self.file.write(sealed)
         self._records += 1
 
 

@@ -16,7 +16,6 @@ event's usage can be recorded.
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +26,7 @@ from undoproxy import codings
 from undoproxy.bodyfiles import BodyCopy
 from undoproxy.codings import StreamDecoder, Undecodable
 from undoproxy.limits import MUTATION_BODY_LIMIT, READ_BODY_LIMIT, STREAM_RESPONSE_OVER
+from undoproxy.offload import StreamDigest
 from undoproxy.proxy.state import state_of
 from undoproxy.rules.record import stream_events
 
@@ -118,7 +118,7 @@ class BodyTap:
         self.head = bytearray()
         self.length = 0
         self.ended = False
-        self._digest = hashlib.sha256()
+        self._digest = StreamDigest()  # large pieces hashed beside the event loop
 
     def __call__(self, chunk: bytes) -> bytes:
         if not chunk:

@@ -4,9 +4,10 @@ A spooled body (proxy/bounded.py) is sent after its request was judged, from its
 record (1 MiB) at a time. mitmproxy's layers are sans-IO: they cannot wait for a socket. So
 the stream asks for each record with a blocking hook of its own, `SpoolPumpHook`, and the
 `SpoolPump` addon answers it: it waits until the upstream connection has taken what was sent
-before (the transport's write buffer drained; for HTTP/2, the connection's flow-control
-backlog under `BACKLOG`), then reads and opens the next record in a worker thread. Memory per
-upload stays at about one record, whatever the body's size.
+before (no more than `IN_FLIGHT` bytes left in the transport's write buffer; for HTTP/2, the
+connection's flow-control backlog under `BACKLOG`), then hands over the next record, read and
+opened in a worker thread while the one before was being sent. Memory per upload stays at a
+few records, whatever the body's size.
 
 The addon is registered with mitmproxy directly (not through FailClosed): it handles its own
 errors by failing the upload (`Pump.failed`), which the stream turns into a failed flow.
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PUMP = "undoproxy_pump"  # flow.metadata: the Pump of an upload in progress
 BACKLOG = 4 * 1024 * 1024  # bytes an HTTP/2 upstream connection may hold unsent
+IN_FLIGHT = 2 * 1024 * 1024  # bytes the upstream's write buffer may hold before we wait
 STALL = 300.0  # seconds an upstream may take nothing before the upload fails
 
 
@@ -40,6 +42,7 @@ class Pump:
     backlog: Callable[[], int]  # bytes the upstream connection still holds
     next: bytes | None = None  # the next record, loaded by the addon (b"": the end)
     failed: str | None = None  # why the upload cannot go on
+    ahead: asyncio.Future[bytes] | None = None  # the record after it, being read
 
 
 @dataclass
@@ -66,8 +69,10 @@ class SpoolPump:
         if not isinstance(pump, Pump):
             return
         try:
+            reading = pump.ahead or _read(pump)
             await self._taken(flow, pump)
-            pump.next = await asyncio.to_thread(next, pump.pieces, b"")
+            pump.next = await reading
+            pump.ahead = _read(pump) if pump.next else None
         except Exception as exc:
             pump.failed = f"{type(exc).__name__}: {exc}"
 
@@ -77,9 +82,19 @@ class SpoolPump:
         transport = handler.transports.get(pump.server) if handler is not None else None
         writer = getattr(transport, "writer", None)
         if writer is not None and not writer.is_closing():
-            await writer.drain()
+            size = getattr(writer.transport, "get_write_buffer_size", None)
+            if size is None or size() > IN_FLIGHT:
+                await writer.drain()
         waited_since = time.monotonic()
         while pump.backlog() > BACKLOG:
             if time.monotonic() - waited_since > STALL:
                 raise TimeoutError(f"the upstream took nothing for {STALL:.0f} s")
             await asyncio.sleep(0.005)
+
+
+def _read(pump: Pump) -> asyncio.Future[bytes]:
+    """The next record, read and opened in a worker thread (b"" at the end). An upload that
+    stops before taking it leaves it unread: its error, if any, is nobody's to report."""
+    reading = asyncio.ensure_future(asyncio.to_thread(next, pump.pieces, b""))
+    reading.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return reading
