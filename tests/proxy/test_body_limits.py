@@ -273,6 +273,8 @@ def test_a_chunked_response_larger_than_undoproxy_buffers_streams_through(
         "sha256": hashlib.sha256(r.content).hexdigest(),
         "complete": True,
     }
+    assert response["body_sha256"] == hashlib.sha256(r.content).hexdigest()
+    assert (response["streamed"], response["complete"]) == (True, True)
 
 
 def test_a_body_that_cannot_be_spooled_is_refused_not_forwarded(
