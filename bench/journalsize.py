@@ -4,8 +4,9 @@ journaled steps, as ratios 1e5 / 1e4.
 Each journal holds 100 sessions: `big` with 10,000 steps (the session shown) and 99 others
 sharing the rest (none at 1e4, ~909 each at 1e5), every step ~1.9 KB as a proxied JSON POST
 journals it. It is filled fast by writing rows straight into a migrated journal file with
-their hash-chain entries computed as undoproxy's writer computes them (one entry per row,
-in order), not by proxying 1e5 requests; `undoproxy verify` must pass on it, else the run is
+their keyed hash-chain entries computed as undoproxy's writer computes them (one entry per
+row, in order, under the chain key of the credentials key in the state dir the undoproxy
+it starts uses), not by proxying 1e5 requests; `undoproxy verify` must pass on it, else the run is
 broken. Then `undoproxy run` opens it and, in rounds, the benchmark times:
 - `GET /api/sessions` (the first page, with counts): the listing the Sessions page, `undoproxy
   sessions` and the API share (goal: the same at 1e5 as at 1e4, <= 1.2x);
@@ -29,6 +30,7 @@ from pathlib import Path
 from harness import ROOT, BrokenRun, Undoproxy
 from report import Row, median, ms, ratio, verdict
 
+from undoproxy.credentials import CredentialBox
 from undoproxy.store import chain
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import STEP_COLUMNS, Step
@@ -43,13 +45,24 @@ BODY = json.dumps({"name": "x" * 300, "items": list(range(60))}).encode()
 
 
 def fill(path: Path, steps: int) -> None:
-    """A migrated journal at `path` with `steps` steps in SESSIONS sessions, chained."""
-    asyncio.run(_create(path))
+    """A migrated journal at `path` with `steps` steps in SESSIONS sessions, chained with the
+    chain key of the state dir next to it (`Undoproxy(directory)`'s)."""
+    box = CredentialBox.from_state_dir(path.parent / "state")
+    key = chain.ChainKey.of(box)
+    asyncio.run(_create(path, box))
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("BEGIN")
         prev = chain.GENESIS
-        entries: list[tuple[str, str, int, str, str]] = []
+        entries: list[tuple[str, str, int, str, str, str, str]] = []
+
+        def entry(table: str, row_id: str, payload: bytes) -> None:
+            nonlocal prev
+            digest = chain.row_hash(payload)
+            keyed = key.entry_hash(prev, table, row_id, digest)
+            entries.append((table, row_id, 1, prev, keyed, key.id, digest))
+            prev = keyed
+
         now = time.time() - 3600.0
         session_columns = (
             "id",
@@ -65,11 +78,8 @@ def fill(path: Path, steps: int) -> None:
         for n, name in enumerate(names):
             row = (name, f"tok-{name}", "bench", None, "committed", now + n, now + n, 0)
             db.execute(f"INSERT INTO sessions VALUES ({', '.join('?' * len(row))})", row)
-            digest = chain.entry_hash(
-                prev, chain.canonical("sessions", zip(session_columns, row, strict=True))
-            )
-            entries.append(("sessions", name, 1, prev, digest))
-            prev = digest
+            columns = zip(session_columns, row, strict=True)
+            entry("sessions", name, chain.canonical("sessions", columns))
         others = steps - BIG
         per = -(-others // (SESSIONS - 1)) if others > 0 else 0
         plan = [("big", BIG)] + [
@@ -85,19 +95,13 @@ def fill(path: Path, steps: int) -> None:
                 row = _step(session, seq, now + seq * 0.001)
                 values = tuple(row[c] for c in STEP_COLUMNS)
                 batch.append(values)
-                digest = chain.entry_hash(
-                    prev, chain.canonical("steps", zip(STEP_COLUMNS, values, strict=True))
-                )
-                entries.append(("steps", row["id"], 1, prev, digest))
-                prev = digest
+                payload = chain.canonical("steps", zip(STEP_COLUMNS, values, strict=True))
+                entry("steps", str(row["id"]), payload)
                 if len(batch) >= 5000:
                     db.executemany(insert, batch)
                     batch.clear()
         db.executemany(insert, batch)
-        db.executemany(
-            "INSERT INTO chain (tbl, row_id, version, prev_hash, hash) VALUES (?, ?, ?, ?, ?)",
-            entries,
-        )
+        db.executemany(chain.INSERT_ENTRY, entries)
         db.execute("COMMIT")
         # As a journal that has been running is: its WAL checkpointed (one huge commit left
         # every page in the WAL, and each read would look it up there first).
@@ -106,8 +110,8 @@ def fill(path: Path, steps: int) -> None:
         db.close()
 
 
-async def _create(path: Path) -> None:
-    journal = await Journal.open(path)
+async def _create(path: Path, box: CredentialBox) -> None:
+    journal = await Journal.open(path, box=box)
     await journal.close()
 
 

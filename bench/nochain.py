@@ -21,8 +21,9 @@ import sys
 from undoproxy.store import chain, sqlite_child, sqlite_writer
 
 
-def _no_chain(conn: sqlite3.Connection) -> None:
-    """`chain.install` for the baseline: no triggers, so no chain entries."""
+def _no_chain(conn: sqlite3.Connection, key: chain.ChainKey) -> None:
+    """`chain.install` for the baseline: no triggers, so no chain entries (nor a keying
+    entry)."""
 
 
 if __name__ == "__main__":

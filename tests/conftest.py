@@ -1,11 +1,20 @@
 """Fixtures: real upstreams on 127.0.0.1 (TLS with a self-signed cert, and plain HTTP) and a
-real `undoproxy run` process in front of them."""
+real `undoproxy run` process in front of them.
+
+Parallel runs (`make test`: pytest-xdist, `-n 2 --dist loadfile`): every test file runs on
+one worker, so a module's shared `undoproxy run` starts once; the files that drive Docker
+(DOCKER_FILES) are one unit together, so that two image builds and two Compose projects never
+compete for the 2 cores. Session-scoped fixtures (`proxy`, `pg_cluster`, the
+network namespace) run once per worker, on ports the kernel picks and in per-worker temp dirs.
+A test file that starts `undoproxy run` is marked `slow` (`-m "not slow"`: the pure tests).
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +23,37 @@ from tests.support.certs import self_signed, server_context
 from tests.support.ci import skip_or_fail
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
+
+DOCKER_FILES = frozenset(
+    {"tests/test_container.py", "tests/test_deploy_compose.py", "tests/test_deploy_kubernetes.py"}
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, with the files that drive Docker as one unit (one worker, in turn).
+
+    (Not `--dist loadgroup`: it renames node ids, which pytest 9 no longer lets it do.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileDockerTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "docker" if path in DOCKER_FILES else path
+
+    return ByFileDockerTogether(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of a file that starts `undoproxy run` slow."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and (
+            getattr(module, "Undoproxy", None) is Undoproxy or "proxy" in item.fixturenames
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

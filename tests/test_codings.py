@@ -14,10 +14,17 @@ import zstandard
 from undoproxy.codings import MAX_STACKED, StreamDecoder, decode, parse
 from undoproxy.limits import MAX_DECODED, MAX_RATIO, RATIO_FLOOR, MiB
 
+
+def gz(data: bytes, level: int = 9) -> bytes:
+    """gzip with no timestamp: the same bytes in every process (test ids are built from
+    them, and pytest-xdist's workers must collect the same ids)."""
+    return gzip.compress(data, level, mtime=0)
+
+
 BODY = b'{"amount": 5}'
 ENCODERS: dict[str, Callable[[bytes], bytes]] = {
-    "gzip": gzip.compress,
-    "x-gzip": gzip.compress,
+    "gzip": lambda b: gz(b),
+    "x-gzip": lambda b: gz(b),
     "deflate": zlib.compress,
     "br": brotli.compress,
     "zstd": lambda b: zstandard.ZstdCompressor().compress(b),
@@ -49,10 +56,10 @@ def test_each_http_coding_is_decoded(coding: str) -> None:
 @pytest.mark.parametrize(
     ("codings", "data"),
     [
-        (("gzip", "gzip"), gzip.compress(gzip.compress(BODY))),
-        (("gzip", "br"), brotli.compress(gzip.compress(BODY))),  # br applied last: undone first
+        (("gzip", "gzip"), gz(gz(BODY))),
+        (("gzip", "br"), brotli.compress(gz(BODY))),  # br applied last: undone first
         (("deflate",), zlib.compress(BODY)[2:-4]),  # raw deflate, as some clients send it
-        (("gzip",), gzip.compress(BODY) + gzip.compress(BODY)),  # two gzip members
+        (("gzip",), gz(BODY) + gz(BODY)),  # two gzip members
         (("zstd",), zstandard.ZstdCompressor().compress(BODY) * 2),  # two zstd frames
         ((), BODY),
     ],
@@ -69,8 +76,8 @@ def test_stacked_and_multi_part_bodies(codings: tuple[str, ...], data: bytes) ->
         (("bz2",), bz2.compress(BODY), "not an HTTP content coding"),
         (("base64",), b"eyJhbW91bnQiOiA1fQ==", "not an HTTP content coding"),
         (("gzip",), BODY, "not gzip at the start"),
-        (("gzip",), gzip.compress(BODY)[:-5], "truncated"),
-        (("gzip",), gzip.compress(BODY) + b"junk", "after the end of the gzip data"),
+        (("gzip",), gz(BODY)[:-5], "truncated"),
+        (("gzip",), gz(BODY) + b"junk", "after the end of the gzip data"),
         (("deflate",), zlib.compress(BODY) + b"junk", "after the end of the deflate"),
         (("br",), brotli.compress(BODY)[:-2], "truncated"),
         (("br",), b"\xff\xff\xff\xff", "corrupt br"),
@@ -89,7 +96,7 @@ def test_what_cannot_be_decoded_is_kept_as_sent_with_its_problem(
 
 def _zeros(size: int, coding: str) -> bytes:
     if coding == "gzip":
-        return gzip.compress(b"\0" * size)
+        return gz(b"\0" * size)
     if coding == "br":
         return brotli.compress(b"\0" * size, quality=5)
     return zstandard.ZstdCompressor().compress(b"\0" * size)
@@ -107,9 +114,9 @@ def test_the_size_cap_at_the_limit_and_one_past_it() -> None:
     import os
 
     body = os.urandom(MAX_DECODED)
-    at = decode(gzip.compress(body, 1), ("gzip",))
+    at = decode(gz(body, 1), ("gzip",))
     assert at.problem is None and at.body == body
-    past = decode(gzip.compress(body + b"x", 1), ("gzip",))
+    past = decode(gz(body + b"x", 1), ("gzip",))
     assert past.problem is not None and "too large" in past.problem
     assert decode(body, ()).problem is None
     assert "too large" in (decode(body + b"x", ()).problem or "")
@@ -118,7 +125,7 @@ def test_the_size_cap_at_the_limit_and_one_past_it() -> None:
 def test_the_ratio_cap_at_the_limit_and_one_past_it() -> None:
     # An encoded body of n bytes may decode into ratio * n bytes and no more (past the floor).
     body = b" " * (3 * MiB)
-    packed = gzip.compress(body)
+    packed = gz(body)
     at = -(-len(body) // len(packed))  # the smallest ratio that lets it through
     assert decode(packed, ("gzip",), ratio=at, floor=0).problem is None
     past = decode(packed, ("gzip",), ratio=at - 1, floor=0).problem
@@ -131,7 +138,7 @@ def test_the_ratio_cap_at_the_limit_and_one_past_it() -> None:
 
 def test_a_stream_is_decoded_piece_by_piece_without_a_size_limit() -> None:
     events = b"".join(f"data: {i}\n\n".encode() for i in range(200_000))  # ~2.3 MiB
-    packed = gzip.compress(events)
+    packed = gz(events)
     decoder = StreamDecoder(("gzip",), limit=None, piece=4096)
     out = bytearray()
     for i in range(0, len(packed), 1000):

@@ -113,3 +113,30 @@ def test_example_config_is_valid_and_documents_every_setting() -> None:
     readme = (ROOT / "README.md").read_text()
     for setting in SETTINGS:
         assert setting.key in readme, f"README.md does not document {setting.key}"
+
+
+def test_example_config_is_exactly_the_defaults_but_its_example_rules() -> None:
+    """config.yaml says every setting in it is the default (only its `rules:` are examples):
+    loaded, it equals the built-in defaults in everything but the rules, all packs included."""
+    import dataclasses
+
+    from undoproxy.packs.loading import load_builtin
+
+    example, defaults = load_config(ROOT / "config.yaml"), load_config(None)
+    differ = [
+        f.name
+        for f in dataclasses.fields(example)
+        if f.name not in ("rules", "source")
+        and getattr(example, f.name) != getattr(defaults, f.name)
+    ]
+    assert differ == []
+    named = {r.name for r in example.rules.rules if "/" not in r.name}
+    assert named == {
+        "close-issue-instead-of-create",
+        "update-contact",
+        "big-charges-need-a-person",
+        "never-delete-repos",
+    }
+    packs = {r.name.split("/")[0] for r in example.rules.rules if "/" in r.name}
+    assert packs == {r.name.split("/")[0] for r in defaults.rules.rules}
+    assert all(load_builtin(p) for p in packs)

@@ -393,7 +393,7 @@ def test_a_rollback_started_on_a_restores_the_upstream_and_b_refuses_a_second_on
     assert again.status_code == 200, again.text
     assert again.json()["state"] == "rolled_back"
     assert [(s["seq"], s["status"], s["detail"]) for s in again.json()["steps"]] == [
-        (4, "skipped", "never forwarded"),
+        (4, "skipped", "never forwarded (denied)"),
         *[(seq, "skipped", "already compensated by an earlier rollback") for seq in (3, 2, 1)],
     ]
     assert [(m, p) for m, p in state.log[sent_after:] if m != "GET"] == []

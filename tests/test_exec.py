@@ -3,6 +3,7 @@ a real REST API on 127.0.0.2 (loopback, but not in the NO_PROXY `env` prints).""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from tests.support.certs import server_context
 from tests.support.holding import decide, wait_pending
 from tests.support.proc import Undoproxy, run_cli
 from tests.support.servers import ThreadedServer
+from undoproxy.client import TOKEN_ENV
+from undoproxy.credentials import KEY_ENV
+from undoproxy.runtimes.env import WITHHELD
 
 # The agent: requests (trust_env, as any agent) through HTTPS_PROXY from `undoproxy env`.
 AGENT = """
@@ -287,3 +291,34 @@ def test_exec_is_in_help() -> None:
     done = run_cli("exec", "--help")
     assert done.returncode == 0
     assert "--rollback-on-failure" in done.stdout and "--intent" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["exec", "--"],
+        # The canary on loopback: this command never calls it, and nothing leaves the machine.
+        ["doctor", "--canary-host", "127.0.0.1", "--"],
+    ],
+    ids=["exec", "doctor"],
+)
+def test_the_agent_gets_neither_the_admin_token_nor_the_credentials_key(
+    up: Undoproxy, tmp_path: Path, session_id: str, command: list[str]
+) -> None:
+    seen = tmp_path / "env.json"
+    dump = "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))"
+    key = "k" * 43 + "="
+    env = {**up.cli_env(), "UNDOPROXY_CREDENTIALS_KEY": key}
+    name, *rest = command
+    done = up.cli(
+        name, "--session", session_id, *rest, sys.executable, "-c", dump, str(seen), env=env
+    )
+    assert seen.exists(), done.stdout + done.stderr
+    agent_env = json.loads(seen.read_text())
+    assert agent_env["UNDOPROXY_SESSION"] == session_id  # it did get `undoproxy env`'s
+    assert "UNDOPROXY_ADMIN_TOKEN" not in agent_env and "UNDOPROXY_CREDENTIALS_KEY" not in agent_env
+    assert up.token not in seen.read_text() and key not in seen.read_text()
+
+
+def test_the_withheld_names_are_the_ones_undoproxy_reads() -> None:
+    assert set(WITHHELD) == {TOKEN_ENV, KEY_ENV}

@@ -1,9 +1,14 @@
 """Secrets an agent sends never come out of undoproxy: planted in every place a request can
 carry one, then looked for in every output a person or a program can read — the admin API,
-the event stream, every CLI command and export format, the page and undoproxy's own log — and
-in the database file with its WAL, byte for byte, for everything but the agent's own request
-and response bodies (the audit record, kept as sent: see README, The journal; what rollback
-replays is sealed: tests/rollback/test_sealed_bodies.py)."""
+the event stream, every CLI command and export format, the page, the approval webhook and
+undoproxy's own log — and in the database file with its WAL, byte for byte, for everything but
+the agent's own request and response bodies (the audit record, kept as sent: see README, The
+journal; what rollback replays is sealed: tests/rollback/test_sealed_bodies.py).
+
+The real values of the credential broker (`secrets:`, from the environment and from a file)
+are held to more: they appear nowhere, the database file's bodies included. The API accepts
+only the real token, so every request of the agent (which holds none), every snapshot and
+every undo shows that undoproxy put it in; the agent that sends one anyway is refused."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from typing import Any
 
 import pytest
 import requests
+from aiohttp import web
 
 from tests.support import rest
 from tests.support.holding import decide, in_thread, wait_pending
@@ -36,6 +42,12 @@ SECRETS = {
     "userinfo password": f"USERINFO{TAG}",
 }
 RULES = [{"name": "hold-payouts", "match": {"path": "/payouts/**"}, "action": "hold"}]
+BROKERED = {
+    "brokered token (env)": f"brokered-ENV-{TAG}",
+    "brokered service key (file)": f"brokered-FILE-{TAG}",
+    # A header whose name redaction would not hide: only the broker keeps it out.
+    "brokered X-Org header": f"brokered-ORG-{TAG}",
+}
 
 
 class EventTap:
@@ -70,6 +82,15 @@ BODY_SECRETS = {
 
 
 def _agent_traffic(proxy: Undoproxy, upstream: ThreadedServer, session: str) -> None:
+    # The agent that holds a real value after all: refused, and never recorded.
+    with proxy.agent(session) as leaky:
+        leaked = {
+            "note": BROKERED["brokered token (env)"],
+            "url": BROKERED["brokered service key (file)"],
+        }
+        refused = leaky.post(f"{upstream.base_url}/items", json=leaked)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"] == "undoproxy_secret_in_agent"
     headers = {
         "Authorization": f"Bearer {SECRETS['authorization']}",
         "Cookie": f"session={SECRETS['cookie']}",
@@ -127,27 +148,82 @@ def _page(proxy: Undoproxy, session: str) -> dict[str, str]:
     return pages
 
 
+class WebhookTap:
+    """A webhook receiver (approvals.notify): every body it is sent."""
+
+    def __init__(self) -> None:
+        self.bodies: list[str] = []
+        app = web.Application()
+        app.router.add_post("/hook", self._receive)
+        self.server = ThreadedServer(app).start()
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        self.bodies.append(await request.text())
+        return web.json_response({"ok": True})
+
+
 @pytest.fixture
-def proxy(tmp_path: Path) -> Any:
-    instance = Undoproxy(tmp_path, {"rules": RULES}).start()
+def webhook() -> Any:
+    tap = WebhookTap()
+    yield tap
+    tap.server.stop()
+
+
+@pytest.fixture
+def proxy(tmp_path: Path, webhook: WebhookTap) -> Any:
+    (tmp_path / "service-key").write_text(BROKERED["brokered service key (file)"] + "\n")
+    config = {
+        "rules": RULES,
+        "approvals": {"notify": [f"{webhook.server.base_url}/hook"]},
+        "secrets": [
+            {
+                "name": "api-token",
+                "host": "127.0.0.1",  # any port: the API of this test
+                "header": "Authorization",
+                "value": "Bearer ${NO_SECRET_TEST_TOKEN}",
+            },
+            {
+                "name": "service-key",
+                "host": "127.0.0.1",
+                "header": "X-Service-Key",
+                "value": f"${{file:{tmp_path / 'service-key'}}}",
+            },
+            {
+                "name": "org",
+                "host": "127.0.0.1",
+                "header": "X-Org",
+                "value": "${NO_SECRET_TEST_ORG}",
+            },
+        ],
+    }
+    env = {
+        "NO_SECRET_TEST_TOKEN": BROKERED["brokered token (env)"],
+        "NO_SECRET_TEST_ORG": BROKERED["brokered X-Org header"],
+    }
+    instance = Undoproxy(tmp_path, config, env=env).start()
     yield instance
     instance.stop()
 
 
 def test_no_planted_secret_comes_out_anywhere(
-    proxy: Undoproxy, upstream_cert: tuple[Path, Path], session_id: str
+    proxy: Undoproxy, upstream_cert: tuple[Path, Path], session_id: str, webhook: WebhookTap
 ) -> None:
     outputs.clear()
-    state = rest.RestState()
+    state = rest.RestState(token=BROKERED["brokered token (env)"])
     state.items["1"] = {"id": "1", "name": "Eve"}
     api = rest.serve(state, upstream_cert)
     events = EventTap(proxy)
     try:
         _agent_traffic(proxy, api, session_id)
+        report = proxy.api("POST", f"/api/sessions/{session_id}/rollback")
     finally:
         api.stop()
-    report = proxy.api("POST", f"/api/sessions/{session_id}/rollback")
     outputs["rollback report"] = report.text
+    # Undone with the real token: the API accepts nothing else.
+    assert [s["status"] for s in report.json()["steps"]].count("compensated") >= 2, report.text
+    outputs["secrets (API)"] = proxy.api("GET", "/api/secrets").text
+    outputs["metrics"] = proxy.api("GET", "/metrics").text
+    outputs["env (CLI)"] = proxy.cli("env", "--session", session_id).stdout
     outputs["session (API)"] = proxy.api("GET", f"/api/sessions/{session_id}").text
     outputs["sessions (API)"] = proxy.api("GET", "/api/sessions").text
     outputs["approvals (API)"] = proxy.api("GET", "/api/approvals?state=all").text
@@ -168,6 +244,8 @@ def test_no_planted_secret_comes_out_anywhere(
         outputs[f"cli {' '.join(args[:1] + args[2:])}"] = run.stdout + run.stderr
     outputs.update(_page(proxy, session_id))
     outputs["events (SSE)"] = events.close()
+    outputs["approval webhook"] = "\n".join(webhook.bodies)
+    assert webhook.bodies, "the held request was announced"
     assert proxy.stop() == 0
     outputs["undoproxy's own output"] = "".join(proxy.output)
     database = b"".join(p.read_bytes() for p in sorted(proxy.dir.glob("journal.db*")))
@@ -186,4 +264,14 @@ def test_no_planted_secret_comes_out_anywhere(
         for what, s in SECRETS.items()
         if what not in BODY_SECRETS and s.encode() in database
     ]
+    leaks += [
+        f"{what} in {where}"
+        for what, secret in BROKERED.items()
+        for where, text in outputs.items()
+        if secret in text
+    ]
+    leaks += [
+        f"{what} in the database file" for what, s in BROKERED.items() if s.encode() in database
+    ]
     assert leaks == [], "\n".join(leaks)
+    assert "api-token" in outputs["secrets (API)"] and "service-key" in outputs["metrics"]

@@ -50,3 +50,49 @@ curl -sS --fail {api.base_url}/items/none -o /dev/null -w '%{{http_code}}\\n' ||
         ("GET", "items/none"),
         ("POST", "items"),
     ]
+
+
+def test_the_quick_start_pasted_again_is_told_the_session_is_closed(
+    proxy: Undoproxy, upstream_cert: tuple[object, object], session_id: str
+) -> None:
+    """The second paste of the same quick start: `env` warns on stderr that the session is
+    rolled back and names a fresh one; the agent's write is refused with 409 saying why and
+    what to do; nothing reaches the API. (tests/test_doc_examples.py runs the README's own
+    block, literally.)"""
+    state = rest.RestState()
+    api = ThreadedServer(
+        rest.create_app(state),
+        server_context(upstream_cert),
+        host="127.0.0.2",  # type: ignore[arg-type]
+    ).start()
+    cli = f"{sys.executable} -m undoproxy"
+    agent = (
+        "import requests, sys; r = requests.post(sys.argv[1], json={'a': 1}); "
+        "print(r.status_code, r.json().get('error'), r.json().get('fix'))"
+    )
+    script = f"""
+set -e
+eval "$({cli} env --session {session_id})"
+{sys.executable} -c "{agent}" {api.base_url}/items
+{cli} rollback {session_id}
+"""
+    try:
+        runs = [
+            subprocess.run(
+                ["bash", "-c", script],
+                capture_output=True,
+                text=True,
+                env=proxy.cli_env(),
+                timeout=120,
+            )
+            for _ in range(2)
+        ]
+    finally:
+        api.stop()
+    first, second = runs
+    assert first.returncode == 0 and "201 None None" in first.stdout, first.stdout + first.stderr
+    assert first.stderr.count("warning") == 0
+    assert f"session {session_id} is rolled_back" in second.stderr
+    assert f"--session {session_id}-2" in second.stderr
+    assert "409 undoproxy_session_closed start the agent in a new session" in second.stdout
+    assert state.log.count(("POST", "/items")) == 1  # the refused write never left

@@ -52,9 +52,24 @@ def test_archive_moves_closed_sessions_out_and_verify_still_passes(
     lines = checked.stdout.splitlines()
     assert lines[0] == f"archive {archived}: ok, 1 batch(es), 1 sessions, 2 steps"
     assert lines[1].startswith("ok: ") and "the chain starts after archive ar_" in lines[2]
+    assert lines[3].startswith("  keyed throughout (chain key ")
+    # The archive's entries are keyed: without the credentials key they cannot be checked;
+    # given as a file, they are.
+    keyless = tmp_path / "keyless.yaml"
+    keyless.write_text(
+        f"state_dir: {tmp_path / 'no-key'}\nstore:\n  path: {up.dir / 'journal.db'}\n"
+    )
+    unchecked = run_cli("verify", "-c", str(keyless), "--archive", str(archived))
+    assert unchecked.returncode == 1, unchecked.stdout
+    assert "verify was not given" in unchecked.stdout.splitlines()[0], unchecked.stdout
+    assert "(no credentials key found" in unchecked.stdout
+    key = str(up.state_dir / "credentials.key")
+    given = run_cli("verify", "-c", str(keyless), "--archive", str(archived), "--key-file", key)
+    assert given.returncode == 0, given.stdout + given.stderr
     _traffic(up, tls_upstream, "going-on", 1)  # journaled after the head verify recorded
     since = run_cli("verify", "-c", str(up.config_path), "--since", "last")
     assert since.returncode == 0 and "steps verified since head" in since.stdout, since.stdout
+    assert since.stdout.splitlines()[2].startswith("  keyed since that head (chain key ")
 
     lines_of = gzip.decompress(archived.read_bytes()).decode().splitlines()
     forged = tmp_path / "forged.jsonl.gz"

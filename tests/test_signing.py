@@ -160,3 +160,50 @@ def test_config_signing_loads_and_hides_the_secret(
     assert entry is not None and entry.aws.service == "s3"
     assert entry.aws.secret_access_key == "very-SECRET-value-42"
     assert "very-SECRET-value-42" not in repr(config) + entry.describe()
+
+
+@pytest.mark.parametrize(
+    ("url", "headers", "scope"),
+    [
+        # An entry that names no region or service signs in the scope of the agent's own
+        # signature, else the one its host names, else us-east-1/s3.
+        (
+            "https://127.0.0.1:9000/",
+            {"Authorization": "AWS4-HMAC-SHA256 Credential=P/20260101/eu-west-2/dynamodb/x"},
+            "eu-west-2/dynamodb",
+        ),
+        ("https://dynamodb.ap-south-1.amazonaws.com/", {}, "ap-south-1/dynamodb"),
+        ("https://bkt.s3.eu-north-1.amazonaws.com/k", {}, "eu-north-1/s3"),
+        ("https://127.0.0.1:9000/", {}, "us-east-1/s3"),
+    ],
+)
+def test_an_entry_without_region_or_service_takes_the_requests(
+    url: str, headers: dict[str, str], scope: str
+) -> None:
+    entry = SigningEntry(HostPattern.parse("*"), AwsKey("AKID", "secret-value", "", ""))
+    _, out = Signers((entry,)).sign("POST", url, headers, b"{}", NOW)
+    assert f"Credential=AKID/20260517/{scope}/aws4_request" in out["Authorization"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "kept"),
+    [
+        ("UNSIGNED-PAYLOAD", True),
+        ("STREAMING-UNSIGNED-PAYLOAD-TRAILER", True),  # aws-chunked with unsigned chunks
+        ("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", False),
+    ],
+)
+def test_an_unsigned_payload_stays_unsigned(payload: str, kept: bool) -> None:
+    _, out = Signers((SigningEntry(HostPattern.parse("h"), KEY),)).sign(
+        "PUT", "https://h/b/k", {"X-Amz-Content-Sha256": payload}, b"body", NOW
+    )
+    hashed = "230d8358dc8e8890b4c58deeb62912ee2f20357ae92a5cc861b98e68fe31acb5"  # sha256("body")
+    assert out["X-Amz-Content-Sha256"] == (payload if kept else hashed)
+
+
+def test_an_entry_scoped_to_sessions_serves_only_them() -> None:
+    entry = SigningEntry(HostPattern.parse("h"), KEY, sessions=("ci-*",))
+    signers = Signers((entry,))
+    assert signers.for_url("https://h/x", "ci-7") is entry
+    assert signers.for_url("https://h/x", "prod") is None
+    assert signers.for_url("https://h/x") is None  # a request of no session in particular

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sqlite3
 import subprocess
@@ -11,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.store.backends import SqliteStore
 from tests.support import rest
 from tests.support.proc import Undoproxy, run_cli
 from tests.support.servers import ThreadedServer
+from undoproxy.credentials import CredentialBox
+from undoproxy.store import chain
+from undoproxy.store.chain import ChainKey
+from undoproxy.store.journal import Journal as JournalStore
 
 SECRET = "sk-verify-SECRET"
 AUTH = {"Authorization": f"Bearer {SECRET}"}
@@ -64,13 +70,18 @@ def journal(
     yield Journal(instance.dir / "journal.db", 7, running)
 
 
-def copy_of(journal: Journal, directory: Path) -> tuple[Path, Path]:
-    """A copy of the journal and a config that names it."""
+def copy_of(journal: Journal, directory: Path, *, with_key: bool = True) -> tuple[Path, Path]:
+    """A copy of the journal and a config that names it, with a copy of the credentials key
+    in its state dir (verify derives the chain key from it) unless `with_key` is false."""
     db = directory / "journal.db"
     with sqlite3.connect(journal.path) as src, sqlite3.connect(db) as dst:
         src.backup(dst)
+    state = directory / "state"
+    state.mkdir()
+    if with_key:
+        shutil.copy(journal.path.parent / "state" / "credentials.key", state / "credentials.key")
     config = directory / "config.yaml"
-    config.write_text(f"state_dir: {directory / 'state'}\nstore:\n  path: {db}\n")
+    config.write_text(f"state_dir: {state}\nstore:\n  path: {db}\n")
     return db, config
 
 
@@ -81,7 +92,8 @@ def test_verify_while_undoproxy_runs_and_after(journal: Journal, tmp_path: Path)
     done = verify(config)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0] == f"ok: {journal.steps} steps verified"
-    head = done.stdout.split("head ")[1].strip()
+    head = done.stdout.split("head ")[1].split()[0]
+    assert done.stdout.splitlines()[2].startswith("  keyed throughout (chain key ")
     assert verify(config, "--head", head).returncode == 0
     cut = verify(config, "--head", head, "--head", "0" * 64)
     assert cut.returncode == 1
@@ -175,3 +187,86 @@ def test_verify_without_a_journal_says_so(tmp_path: Path) -> None:
     result = verify(config)
     assert result.returncode == 1
     assert "no journal at" in result.stderr and "Traceback" not in result.stderr
+
+
+def _append(db: Path, row_id: str, prev: str, *, key_id: str | None) -> None:
+    """Append an entry for a step as someone who knows the scheme but not the key would."""
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        row = dict(conn.execute("SELECT * FROM steps WHERE id=?", (row_id,)).fetchone())
+        (version,) = conn.execute(
+            "SELECT max(version) + 1 FROM chain WHERE row_id=?", (row_id,)
+        ).fetchone()
+        payload = chain.canonical("steps", row.items())
+        if key_id is None:  # an entry as chains were before keys: SHA-256, anyone can
+            values = (prev, chain.entry_hash(prev, payload), None, None)
+        else:  # a keyed entry's columns, with the best hash one can make without the key
+            values = (prev, chain.entry_hash(prev, payload), key_id, chain.row_hash(payload))
+        conn.execute(
+            "INSERT INTO chain (tbl, row_id, version, prev_hash, hash, key_id, row_hash) "
+            "VALUES ('steps', ?, ?, ?, ?, ?, ?)",
+            (row_id, version, *values),
+        )
+
+
+@pytest.mark.parametrize("how", ["sha256 entry", "forged keyed entry", "rebuilt tail"])
+def test_a_rewritten_step_with_an_appended_entry_fails_even_with_an_earlier_head(
+    journal: Journal, tmp_path: Path, how: str
+) -> None:
+    """The attack of issue 22: rewrite an old step and append one entry for it. Unkeyed, the
+    chain stayed whole and `verify --head <earlier head>` said ok."""
+    db, config = copy_of(journal, tmp_path)
+    earlier = verify(config).stdout.split("head ")[1].split()[0]
+    with sqlite3.connect(db) as conn:
+        [step] = conn.execute("SELECT id FROM steps WHERE session_id=? AND seq=3", (SESSION,))
+        key_id = conn.execute("SELECT key_id FROM chain WHERE key_id IS NOT NULL").fetchone()[0]
+        if how == "rebuilt tail":  # cut the newest entries, to append a tail of one's own
+            conn.execute("DELETE FROM chain WHERE seq > (SELECT max(seq) - 3 FROM chain)")
+        (head,) = conn.execute("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
+    sql(db, f"UPDATE steps SET url='https://attacker.test/' WHERE id='{step[0]}'")
+    _append(db, step[0], head, key_id=None if how == "sha256 entry" else key_id)
+    result = verify(config, "--head", earlier)
+    assert result.returncode == 1, result.stdout
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("FAILED: ") and "ok:" not in result.stdout
+    if how != "rebuilt tail":  # (a cut tail first loses the head recorded before it)
+        assert step[0] in first, first
+
+
+def test_verify_needs_the_key_and_takes_an_older_one_from_a_file(
+    journal: Journal, tmp_path: Path
+) -> None:
+    _, config = copy_of(journal, tmp_path, with_key=False)
+    result = verify(config)
+    assert result.returncode == 1
+    assert "verify was not given" in result.stdout.splitlines()[0]
+    assert "(no credentials key found (UNDOPROXY_CREDENTIALS_KEY is unset" in result.stdout
+    key = journal.path.parent / "state" / "credentials.key"
+    assert verify(config, "--key-file", str(key)).returncode == 0
+
+
+def test_a_journal_from_before_keyed_chains_says_how_far_it_is_keyed(tmp_path: Path) -> None:
+    """Unkeyed, it verifies and says NOT KEYED; once an undoproxy with keys opened it, it
+    says where the keyed entries begin and what covers the ones before."""
+    old = SqliteStore(tmp_path)
+    asyncio.run(old.before_keys())
+    state = tmp_path / "state"
+    box = CredentialBox.from_state_dir(state)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {state}\nstore:\n  path: {old.path}\n")
+    unkeyed = verify(config)
+    assert unkeyed.returncode == 0, unkeyed.stdout
+    assert unkeyed.stdout.splitlines()[0] == "ok: 2 steps verified"
+    assert unkeyed.stdout.splitlines()[2].startswith("  NOT KEYED: no entry carries a key")
+
+    async def open_and_close() -> None:
+        await (await JournalStore.open(old.path, box=box)).close()
+
+    asyncio.run(open_and_close())
+    keyed = verify(config)
+    assert keyed.returncode == 0, keyed.stdout
+    assert keyed.stdout.splitlines()[2] == (
+        f"  keyed from entry 4 on (chain key {ChainKey.of(box).id}); the 3 entries before it "
+        "date from before keyed chains: checked as SHA-256, and covered by the keyed entry "
+        "after them"
+    )

@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from undoproxy.errors import AdminClientError
@@ -24,17 +24,60 @@ STATE_DIR_ENV = "UNDOPROXY_STATE_DIR"
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def find_token() -> str | None:
-    """UNDOPROXY_ADMIN_TOKEN, else the token `undoproxy run` generated in the state dir."""
-    token = os.environ.get(TOKEN_ENV)
-    if token:
-        return token.strip()
-    state_dir = Path(os.environ.get(STATE_DIR_ENV, "~/.undoproxy")).expanduser()
-    path = state_dir / "admin-token"
+class ByteSink(Protocol):
+    """Where `download` writes: a binary file, or anything that takes bytes."""
+
+    def write(self, data: bytes, /) -> object:
+        """Take the next bytes."""
+        ...
+
+
+ADMIN_URL_FILE = "admin-url"  # in the state dir: the admin URL of the undoproxy running there
+TOKEN_FILE = "admin-token"  # in the state dir: the token `undoproxy run` generated
+
+
+def default_state_dir() -> Path:
+    """UNDOPROXY_STATE_DIR, else ~/.undoproxy: where the CLI looks when given no config."""
+    return Path(os.environ.get(STATE_DIR_ENV) or "~/.undoproxy").expanduser()
+
+
+def _read(path: Path) -> str | None:
     try:
         return path.read_text().strip() or None
     except OSError:
         return None
+
+
+def running_admin_url(state_dir: Path) -> str | None:
+    """The admin URL `undoproxy run` wrote into `state_dir` while it runs, if any."""
+    return _read(state_dir / ADMIN_URL_FILE)
+
+
+def listen_url(host: str, port: int) -> str:
+    """The URL a client on this machine uses for a server listening on host:port (an
+    any-address listener is reached on loopback)."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def find_token(state_dir: Path | None = None) -> str | None:
+    """UNDOPROXY_ADMIN_TOKEN, else the token `undoproxy run` generated in the state dir."""
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token.strip()
+    return _read((state_dir or default_state_dir()) / TOKEN_FILE)
+
+
+def find_admin_url(state_dir: Path | None = None) -> str:
+    """UNDOPROXY_ADMIN, else the running undoproxy's URL from the state dir, else the default."""
+    return (
+        os.environ.get(ADMIN_ENV)
+        or running_admin_url(state_dir or default_state_dir())
+        or DEFAULT_ADMIN
+    )
 
 
 class AdminClient:
@@ -43,7 +86,7 @@ class AdminClient:
     def __init__(
         self, base_url: str | None = None, token: str | None = None, timeout: float = 30.0
     ) -> None:
-        self.base_url = (base_url or os.environ.get(ADMIN_ENV) or DEFAULT_ADMIN).rstrip("/")
+        self.base_url = (base_url or find_admin_url()).rstrip("/")
         self.token = token if token is not None else find_token()
         self.timeout = timeout
 
@@ -89,7 +132,7 @@ class AdminClient:
 
     total = 0  # the total of the list `pages` followed last
 
-    def download(self, path: str, sink: BinaryIO) -> bytes:
+    def download(self, path: str, sink: ByteSink) -> bytes:
         """`GET path` written to `sink` as it arrives (nothing held in memory); the last
         byte written (b"" when none)."""
         request = self._request("GET", path, None)

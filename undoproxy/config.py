@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from undoproxy.broker.entries import SecretEntry
+from undoproxy.broker.parse import parse_secrets
 from undoproxy.durations import parse_duration
 from undoproxy.errors import ConfigError, ConfigErrors, Location
 from undoproxy.limits import MAX_REQUEST_BODY
@@ -297,10 +299,19 @@ SETTINGS: tuple[Setting, ...] = (
         "a signed request to a host without one is irreversible (see docs/packs.md#s3)",
         _urls,
     ),
+    Setting(
+        "secrets",
+        [],
+        "the credential broker: per host, a header and its value ({host, header, value: "
+        '"Bearer ${ENV}" or ${file:PATH}}) or an AWS key ({host, aws: {...}}) that undoproxy '
+        "puts into agents' requests and its own, agents holding only placeholders; optional "
+        "name, env, placeholder, sessions (see docs/secrets.md)",
+        _urls,
+    ),
 )
 # `include`, `rules` and `packs` are validated by the rules engine, `signing` by
-# signing_config.py; their parse functions above are unused.
-_RULE_KEYS = ("include", "rules", "packs", "signing")
+# signing_config.py, `secrets` by broker/parse.py; their parse functions above are unused.
+_RULE_KEYS = ("include", "rules", "packs", "signing", "secrets")
 _SECTIONS = {"proxy", "admin", "store", "retention", "approvals", "defaults", "guard"}
 _TOP_LEVEL = _SECTIONS | {"state_dir", *_RULE_KEYS}
 
@@ -330,6 +341,7 @@ class Config:
     hold_at: str = "never"
     guard: Guard = field(default_factory=Guard)
     signing: Signers = field(default_factory=Signers)  # keys kept in memory only
+    secrets: tuple[SecretEntry, ...] = ()  # where each value comes from; never the values
     rules: RuleSet = field(
         default_factory=lambda: parse_rules(
             None, None, base_dir=Path.cwd(), where=Location("<defaults>", 0)
@@ -356,7 +368,7 @@ def _unknown(key: str, allowed: set[str], where: Location, prefix: str = "") -> 
 def load_config(path: str | Path | None) -> Config:
     """Load `path` (None: built-in defaults) into a Config, or raise ConfigErrors listing all."""
     if path is None:
-        return _build({}, Path.cwd(), Location("<defaults>", 0))
+        return _build({}, Path.cwd(), Location("<defaults>", 0), None)
     p = Path(path)
     doc = load_file(p)
     where = Location(str(p), 1)
@@ -372,10 +384,12 @@ def load_config(path: str | Path | None) -> Config:
                 )
             ]
         )
-    return _build(doc, p.parent.absolute(), where)
+    # `secrets:` as written: its ${NAME} references are read by the broker, again on reload.
+    secrets = load_file(p, expand=False).get("secrets") if "secrets" in doc else None
+    return _build(doc, p.parent.absolute(), where, secrets)
 
 
-def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
+def _build(doc: dict[str, Any], base_dir: Path, where: Location, secrets_raw: Any) -> Config:
     errors: list[ConfigError] = []
     values: dict[str, Any] = {}
     locations: dict[str, Location] = {}
@@ -457,6 +471,8 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
             )
     signing, signing_errors = parse_signing(doc.get("signing"), loc(doc, "signing"))
     errors.extend(signing_errors)
+    secrets, secret_errors = parse_secrets(secrets_raw, loc(doc, "secrets"), base_dir)
+    errors.extend(secret_errors)
 
     if errors:
         errors.sort(key=lambda e: (e.where.file, e.where.line) if e.where else ("", 0))
@@ -500,6 +516,7 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location) -> Config:
         ),
         rules=rules,
         signing=signing,
+        secrets=secrets,
         source=None if where.file == "<defaults>" else where.file,
     )
 

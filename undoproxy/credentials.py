@@ -7,6 +7,7 @@ opened by the rollback executor, for that step's compensation; they never leave 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -25,6 +26,7 @@ from undoproxy.compensators.model import origin
 from undoproxy.errors import UndoproxyError
 
 KEY_ENV = "UNDOPROXY_CREDENTIALS_KEY"
+KEY_FILE = "credentials.key"
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -71,19 +73,42 @@ class CredentialBox:
         """What `encrypt` sealed; raises InvalidToken when the key differs or it was edited."""
         return self._fernet.decrypt(token)
 
+    def derive(self, purpose: bytes) -> bytes:
+        """A 32-byte key for `purpose`, derived from this one with HKDF-SHA256 (RFC 5869).
+
+        One-way: the derived key reveals nothing of this one, and keys for different
+        purposes are unrelated (the journal's chain key is `derive(chain.KEY_PURPOSE)`)."""
+        raw = base64.urlsafe_b64decode(self._key)
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(raw)
+
     @classmethod
     def from_state_dir(cls, state_dir: Path) -> CredentialBox:
         """The box for this installation, creating its key file on first use."""
+        found = cls.existing(state_dir)
+        if found is not None:
+            return found
+        write_private(state_dir / KEY_FILE, Fernet.generate_key())
+        return cls((state_dir / KEY_FILE).read_bytes().strip())
+
+    @classmethod
+    def existing(cls, state_dir: Path) -> CredentialBox | None:
+        """The installation's box when it has a key (UNDOPROXY_CREDENTIALS_KEY, else
+        `state_dir/credentials.key`), else None; never creates one (for read-only tools)."""
         env = os.environ.get(KEY_ENV)
         if env:
-            try:
-                return cls(env.encode())
-            except ValueError:
-                raise UndoproxyError(f"{KEY_ENV} is not a valid Fernet key") from None
-        path = state_dir / "credentials.key"
+            return cls.from_key(env.encode(), KEY_ENV)
+        path = state_dir / KEY_FILE
         if not path.exists():
-            write_private(path, Fernet.generate_key())
-        return cls(path.read_bytes().strip())
+            return None
+        return cls.from_key(path.read_bytes().strip(), str(path))
+
+    @classmethod
+    def from_key(cls, key: bytes, where: str) -> CredentialBox:
+        """A box for a Fernet key; UndoproxyError naming `where` when it is not one."""
+        try:
+            return cls(key)
+        except ValueError:
+            raise UndoproxyError(f"{where} is not a valid Fernet key") from None
 
     def seal(self, headers: dict[str, str], urls: Iterable[str] = ()) -> bytes | None:
         """Encrypted credential headers and the full form of every URL in `urls` that the

@@ -51,5 +51,5 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
 
 def name(loop: asyncio.AbstractEventLoop) -> str:
-    """"uvloop" or "asyncio": which loop `loop` is."""
+    """ "uvloop" or "asyncio": which loop `loop` is."""
     return "uvloop" if type(loop).__module__.split(".")[0] == "uvloop" else "asyncio"

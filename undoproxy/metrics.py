@@ -12,7 +12,10 @@ histograms. Each thing is counted once:
   the wait from held to decided;
 - a rollback when its session leaves `rolling_back` (`rolled_back`, `rollback_incomplete`),
   with its duration, and then the result each of its mutation steps got in that run
-  (`compensated`, `unverified`, `failed`, `conflict`, `irreversible`, `skipped`).
+  (`compensated`, `unverified`, `failed`, `conflict`, `irreversible`, `skipped`);
+- a secret of the credential broker each time it is sent upstream, by its entry's name and
+  by who sent it (`agent`: put into an agent's request; `undoproxy`: its own snapshot, read
+  or undo). The broker calls `secret_used` (broker/api.py wires it); names only, never values.
 
 A step is published again each time its status changes; the ids of steps already counted are
 kept in a bounded set (the newest `SEEN_LIMIT`), which is enough for the late updates of a
@@ -96,6 +99,12 @@ class Metrics:
             buckets=ROLLBACK_BUCKETS,
             registry=r,
         )
+        self.secret_uses = Counter(
+            "undoproxy_secret_uses",
+            "Times a secret of `secrets:` was sent upstream, by entry name and by who sent it",
+            ["secret", "by"],
+            registry=r,
+        )
         self.upstream_latency = Histogram(
             "undoproxy_upstream_latency_seconds",
             "From an agent's request to the upstream's answer (held requests excluded)",
@@ -121,6 +130,16 @@ class Metrics:
         self._counted: OrderedDict[str, None] = OrderedDict()
         self._pending: set[str] = set()  # approval ids waiting for a decision
         self._runs: dict[str, _Run] = {}  # session id -> its rollback in progress
+
+    def secrets_known(self, names: list[str], users: tuple[str, ...]) -> None:
+        """Create every secret's series at 0, so that rates work before its first use."""
+        for name in names:
+            for by in users:
+                self.secret_uses.labels(name, by)
+
+    def secret_used(self, name: str, by: str) -> None:
+        """Count one use of secret `name` by `by` (a broker listener)."""
+        self.secret_uses.labels(name, by).inc()
 
     def observe(self, kind: str, data: dict[str, Any]) -> None:
         """Count one event of the bus (`step`, `approval` or `session`)."""

@@ -30,11 +30,15 @@ from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconf
 from mitmproxy.master import Master
 
 from undoproxy import cabundle, retention
+from undoproxy.admin import tls_api
 from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.queue import ApprovalQueue
 from undoproxy.bodyfiles import BodyFiles, private_dir
+from undoproxy.broker import Broker
+from undoproxy.broker import api as secrets_api
+from undoproxy.client import ADMIN_URL_FILE, listen_url
 from undoproxy.config import Config
 from undoproxy.credentials import CredentialBox, write_private
 from undoproxy.errors import UndoproxyError
@@ -42,6 +46,7 @@ from undoproxy.events import EventBus
 from undoproxy.inflight import InFlight
 from undoproxy.proxy.bodies import Bodies
 from undoproxy.proxy.bounded import BodyPolicy
+from undoproxy.proxy.brokering import InjectSecrets, KeepSecretsFromAgent
 from undoproxy.proxy.framing import Framing
 from undoproxy.proxy.gate import Gate
 from undoproxy.proxy.grpc import GrpcCalls, as_grpc_status
@@ -54,6 +59,7 @@ from undoproxy.proxy.mcp import McpTraffic, as_jsonrpc_error
 from undoproxy.proxy.names import OneName
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
+from undoproxy.proxy.tls_failures import TlsFailures
 from undoproxy.proxy.uploads import SpoolPump
 from undoproxy.proxy.websockets import WebSockets
 from undoproxy.rollback import Rollback
@@ -64,7 +70,7 @@ from undoproxy.store.journal import Journal
 from undoproxy.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
-TOKEN_FILE = "admin-token"
+TOKEN_FILE = "admin-token"  # undoproxy.client.TOKEN_FILE: where the CLI reads it
 
 
 @dataclass
@@ -79,6 +85,7 @@ class Running:
     admin_address: tuple[str, int]
     token_generated: bool
     guard: FailClosed
+    broker: Broker = field(default_factory=Broker)  # the secrets (reloaded on SIGHUP)
     background: list[Any] = field(default_factory=list)
     periodic: list[asyncio.Task[None]] = field(default_factory=list)  # cancelled at stop
 
@@ -106,6 +113,7 @@ async def start(config: Config) -> Running:
     logging.getLogger("mitmproxy").setLevel(logging.WARNING)
     _prepare_state_dir(config.state_dir)
     token, generated = admin_token(config)
+    broker = Broker(config.secrets, config.signing)  # reads the secrets; UndoproxyError if not
     events = EventBus()
     box = CredentialBox.from_state_dir(config.state_dir)
     journal = await open_store(config, events, box)
@@ -130,9 +138,10 @@ async def start(config: Config) -> Running:
     files = BodyFiles(private_dir(config.state_dir / "bodies"), box.file_key())
     snapshots = Snapshots(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing, files=files),
+        UpstreamClient(insecure=config.upstream_insecure, broker=broker, files=files),
         box,
         auto=config.defaults_compensate == "auto",
+        hold_irreversible=config.defaults_mutations == "hold-irreversible",
         files=files,
         max_body=config.max_body,
     )
@@ -155,29 +164,35 @@ async def start(config: Config) -> Running:
         hold_at=config.hold_at,
         guard=config.guard,
         auto_compensate=config.defaults_compensate == "auto",
-        signers=config.signing,
+        signers=broker.signers,
     )
     sockets = WebSockets(journal, proxy_server, gate.budgets)
+    tls_failures = TlsFailures(identity.session_of)
     # Order matters: each hook runs addon by addon, in this order. The session comes first
     # (whatever is refused is filed in it), then the checks that refuse a request before it
     # is judged (names, WebSocket upgrades as mutations), then the bodies are decoded for
     # the gate's rules. Snapshots must follow the gate (nothing is snapshotted for a denied
     # request) and precede the journal (whose write-ahead entry includes the snapshot and the
-    # prepared compensation). mitmproxy sees only FailClosed, which runs them in this order
-    # and answers the agent if one raises.
+    # prepared compensation). The credential broker wraps the rest: what an agent must not
+    # send is refused before the rules judge it, and the real secrets go in last, after the
+    # journal wrote the request ahead with the agent's placeholders (proxy/brokering.py).
+    # mitmproxy sees only FailClosed, which runs them in this order and answers the agent if
+    # one raises.
     ours: list[Any] = [
         identity,
         OneName(),
         sockets,
         Streaming(),
         Bodies(),
+        KeepSecretsFromAgent(broker),
         McpTraffic(),  # before the gate: the rules see the called tool's hints
         GrpcCalls(),
         gate,
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
         JournalAddon(journal, inflight),
-        Framing(),  # last: only a request about to be forwarded gets its length said
+        Framing(),  # only a request about to be forwarded gets its length said
+        InjectSecrets(broker),  # last: nothing may await between the journal and forwarding
     ]
     master.addons.add(
         core.Core(),
@@ -199,6 +214,7 @@ async def start(config: Config) -> Running:
             reshape=[as_jsonrpc_error, as_grpc_status],
         ),
         SpoolPump(proxy_server),  # sends spooled bodies once judged (proxy/uploads.py)
+        tls_failures,  # observes failed handshakes only (doctor's evidence): outside the guard
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held
     # request never even opens a connection to its upstream.
@@ -218,14 +234,18 @@ async def start(config: Config) -> Running:
     context.inflight = inflight
     context.rollback = Rollback(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure, signers=config.signing, files=files),
+        UpstreamClient(insecure=config.upstream_insecure, broker=broker, files=files),
         box,
         inflight=inflight,
         after_reads=snapshots.after_reads,
     )
 
-    app = create_app(context, extra_routes=listener_routes.ROUTES)
+    app = create_app(
+        context, extra_routes=[*listener_routes.ROUTES, *tls_api.ROUTES, *secrets_api.ROUTES]
+    )
     app[listener_routes.LISTENERS] = listeners
+    app[tls_api.TLS_FAILURES] = tls_failures
+    secrets_api.setup(app, broker)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -270,6 +290,7 @@ async def start(config: Config) -> Running:
         admin_address,
         generated,
         guard,
+        broker,
         background=[run_task],
     )
     if config.retention_after:
@@ -318,8 +339,26 @@ def banner(config: Config, running: Running) -> str:
     else:
         lines.append(f"  token    kept in {kept} (the CLI reads it from there)")
     cli = cli_command()
-    lines.append(f'Agents: eval "$({cli} env --session NAME)"   Check: {cli} doctor   Stop: Ctrl-C')
+    # The CLI finds this instance (its admin URL and token) through the same config file.
+    c = f" -c {shlex.quote(shown_path(config.source))}" if config.source else ""
+    lines.append(
+        f'Agents: eval "$({cli} env{c} --session NAME)"   Check: {cli} doctor{c}   Stop: Ctrl-C'
+    )
     return "\n".join(lines)
+
+
+def announce(config: Config, running: Running) -> Path:
+    """Write the admin URL into the state dir, where the CLI looks for the running undoproxy."""
+    path = config.state_dir / ADMIN_URL_FILE
+    path.write_text(listen_url(*running.admin_address) + "\n")
+    return path
+
+
+def withdraw(path: Path, running: Running) -> None:
+    """Remove the admin URL `announce` wrote, unless another undoproxy has replaced it since."""
+    with contextlib.suppress(OSError):
+        if path.read_text().strip() == listen_url(*running.admin_address):
+            path.unlink()
 
 
 def cli_command() -> str:
@@ -331,11 +370,17 @@ def cli_command() -> str:
     on_path = shutil.which("undoproxy")
     if on_path and Path(on_path).resolve() == script.resolve():
         return "undoproxy"
+    return shlex.quote(shown_path(script))
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a user pastes it into a shell here: relative below the working directory,
+    else absolute."""
+    absolute = Path(path).absolute()
     try:
-        shown = str(script.absolute().relative_to(Path.cwd()))
+        return str(absolute.relative_to(Path.cwd()))
     except ValueError:
-        shown = str(script.absolute())
-    return shlex.quote(shown)
+        return str(absolute)
 
 
 def _quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -359,12 +404,15 @@ async def serve(config: Config) -> None:
     gc.freeze()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, running.master.shutdown)
+    loop.add_signal_handler(signal.SIGHUP, secrets_api.reload_and_say, running.broker)
+    announced = announce(config, running)
     # Only once a signal stops us cleanly: whoever waits for the banner may stop us at once.
     print(banner(config, running), flush=True)
     try:
         await running.master.should_exit.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        withdraw(announced, running)
         await stop(running)
         print("undoproxy stopped; journal flushed", flush=True)

@@ -27,10 +27,11 @@ one function of it. tests/test_signing.py checks this signer against botocore's,
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import hashlib
 import hmac
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from undoproxy.errors import Location
@@ -41,6 +42,12 @@ ALGORITHM = "AWS4-HMAC-SHA256"
 _AGENT_SIGNATURE_HEADERS = frozenset(
     {"authorization", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token", "host"}
 )
+# Payload hashes that say the body is not signed (S3 over HTTPS, aws-chunked uploads whose
+# chunks carry no signature): a request signed again keeps them, so its body needs no hash.
+UNSIGNED_PAYLOADS = frozenset({"UNSIGNED-PAYLOAD", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"})
+# Payload hashes that chain a signature through every chunk of the body: the chunks are signed
+# with the agent's key, so such a request cannot be signed again with another.
+SIGNED_CHUNKS = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
 # A presigned URL's query: its signature, never ours.
 _PRESIGN_QUERY = frozenset(
     {
@@ -57,7 +64,12 @@ _PRESIGN_QUERY = frozenset(
 
 @dataclass(frozen=True)
 class AwsKey:
-    """An AWS access key and where it signs (region, service). The secret never shows in repr."""
+    """An AWS access key and where it signs (region, service). The secret never shows in repr.
+
+    An empty region or service (a `secrets:` entry that names none) is taken from the request
+    being signed: the scope of the agent's own signature, else the host name
+    (`SERVICE.REGION.amazonaws.com`); see `Signers.sign`.
+    """
 
     access_key_id: str
     secret_access_key: str = field(repr=False)
@@ -68,29 +80,46 @@ class AwsKey:
 
 @dataclass(frozen=True)
 class SigningEntry:
-    """One `signing:` entry: the hosts it applies to and the key undoproxy signs with."""
+    """One key undoproxy signs with: a `signing:` entry, or a `secrets:` entry with `aws:`
+    (`secret` names it; `sessions`, when given, are the session ids or globs it serves)."""
 
     host: HostPattern
     aws: AwsKey
     where: Location | None = None
+    secret: str | None = None  # the `secrets:` entry's name; None for a `signing:` entry
+    sessions: tuple[str, ...] | None = None  # None: every session
+
+    def serves(self, session: str | None) -> bool:
+        """May this key sign for `session` (None: a request of no session in particular)?"""
+        if self.sessions is None:
+            return True
+        return session is not None and any(fnmatch.fnmatchcase(session, p) for p in self.sessions)
 
     def describe(self) -> str:
-        """What a report may say about it (never the secret)."""
+        """What a report may say about it (never the secret; a brokered key not even its id)."""
+        if self.secret is not None:
+            return f"secret {self.secret} for {self.host.text}"
         return (
             f"signing entry for {self.host.text} "
             f"(key {self.aws.access_key_id}, {self.aws.region}/{self.aws.service})"
         )
 
 
-@dataclass(frozen=True)
+@dataclass
 class Signers:
-    """The `signing:` list: first matching entry wins."""
+    """The keys undoproxy signs with, `signing:` entries first, then the `aws:` entries of
+    `secrets:`: the first that matches the host and serves the session wins.
+
+    One object is shared by everything that signs (the proxy, snapshots, rollback); the
+    credential broker replaces `entries` when its secrets are reloaded.
+    """
 
     entries: tuple[SigningEntry, ...] = ()
 
-    def for_url(self, url: str) -> SigningEntry | None:
-        """The entry that signs requests to `url`, or None."""
-        if not self.entries:  # the common case, on every request undoproxy sends
+    def for_url(self, url: str, session: str | None = None) -> SigningEntry | None:
+        """The entry that signs requests to `url` made for `session`, or None."""
+        entries = self.entries
+        if not entries:  # the common case, on every request undoproxy sends
             return None
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
@@ -98,7 +127,7 @@ class Signers:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
             return None
-        return next((e for e in self.entries if e.host.matches(host, port)), None)
+        return next((e for e in entries if e.host.matches(host, port) and e.serves(session)), None)
 
     def sign(
         self,
@@ -108,14 +137,49 @@ class Signers:
         body: bytes | None,
         now: datetime.datetime | None = None,
         *,
+        session: str | None = None,
+        entry: SigningEntry | None = None,
         payload_sha256: str | None = None,
     ) -> tuple[str, dict[str, str]]:
-        """(url, headers) to send: signed when an entry matches, else as given
-        (`payload_sha256`: the body's hash, for a body streamed from a file)."""
-        entry = self.for_url(url)
+        """(url, headers) to send: signed when an entry matches (or `entry` is given), else
+        as given. A payload the request marks unsigned stays unsigned; `payload_sha256` is the
+        body's hash when the body is streamed from a file (bodyfiles.py), not given here."""
+        entry = entry or self.for_url(url, session)
         if entry is None:
             return url, dict(headers)
-        return sign_v4(entry.aws, method, url, headers, body, now, payload_sha256=payload_sha256)
+        key = scoped(entry.aws, url, headers)
+        payload = unsigned_payload(headers) or payload_sha256
+        return sign_v4(key, method, url, headers, body, now, payload_hash=payload)
+
+
+def unsigned_payload(headers: Mapping[str, str]) -> str | None:
+    """The request's `X-Amz-Content-Sha256` when it says the body is not signed, else None."""
+    value = next((v for k, v in headers.items() if k.lower() == "x-amz-content-sha256"), "")
+    return value if value in UNSIGNED_PAYLOADS else None
+
+
+def scoped(key: AwsKey, url: str, headers: Mapping[str, str]) -> AwsKey:
+    """`key` with the region and service it leaves empty taken from the request: the scope of
+    its own signature, else its host (`service.region.amazonaws.com`), else us-east-1/s3."""
+    if key.region and key.service:
+        return key
+    region, service = agent_scope(list(headers.items())) or _host_scope(url) or ("", "")
+    return replace(
+        key,
+        region=key.region or region or "us-east-1",
+        service=key.service or service or "s3",
+    )
+
+
+def _host_scope(url: str) -> tuple[str, str] | None:
+    """(region, service) a host name like `dynamodb.eu-west-1.amazonaws.com` names."""
+    labels = (urlsplit(url).hostname or "").lower().split(".")
+    if len(labels) >= 4 and labels[-2:] == ["amazonaws", "com"]:
+        service, region = labels[-4], labels[-3]
+        if service.startswith("s3") or labels[0] == "s3":
+            return region, "s3"
+        return region, service
+    return None
 
 
 def _hmac(key: bytes, text: str) -> bytes:
@@ -157,18 +221,18 @@ def sign_v4(
     body: bytes | None,
     now: datetime.datetime | None = None,
     *,
-    payload_sha256: str | None = None,
+    payload_hash: str | None = None,
 ) -> tuple[str, dict[str, str]]:
     """(url, headers) of the request signed with `key`: the URL with its query canonical
     (send exactly this URL, unchanged), the headers with Host, X-Amz-Date,
-    X-Amz-Content-Sha256, Authorization (and X-Amz-Security-Token) set. `payload_sha256`
-    stands for `body` when the body is streamed from a file (its hash is known)."""
+    X-Amz-Content-Sha256, Authorization (and X-Amz-Security-Token) set. `payload_hash`
+    (UNSIGNED-PAYLOAD, ...) stands for the body's SHA-256 when given."""
     parts = urlsplit(url)
     query = canonical_query(parts.query)
     out_url = urlunsplit((parts.scheme, parts.netloc, parts.path or "/", query, ""))
     stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%dT%H%M%SZ")
     day = stamp[:8]
-    payload = payload_sha256 or hashlib.sha256(body or b"").hexdigest()
+    payload = payload_hash or hashlib.sha256(body or b"").hexdigest()
     out = {k: v for k, v in headers.items() if k.lower() not in _AGENT_SIGNATURE_HEADERS}
     default_port = 443 if parts.scheme == "https" else 80
     host = (parts.hostname or "").lower()

@@ -27,6 +27,7 @@ from yarl import URL
 
 from undoproxy import redact
 from undoproxy.bodyfiles import BodyFileError, BodyFiles, BodyWriter, FileBody
+from undoproxy.broker import Broker
 from undoproxy.retry import RETRY_STATUSES, RetryPolicy
 from undoproxy.signing import Signers
 
@@ -110,7 +111,10 @@ class UpstreamClient:
     """One aiohttp session for all of undoproxy's own upstream requests.
 
     A request to a host that `signers` has a key for is signed at send time, each attempt
-    afresh (undoproxy's key replaces the agent's signature; see `undoproxy/signing.py`).
+    afresh (undoproxy's key replaces the agent's signature; see `undoproxy/signing.py`). With
+    a `broker`, the secrets of the request's session for its host are put in first (replacing
+    the agent's placeholders; see `undoproxy/broker/`), and its `signers` sign. Redirects are
+    never followed: a secret goes only to the host it was put in for.
     """
 
     def __init__(
@@ -119,10 +123,12 @@ class UpstreamClient:
         insecure: bool = False,
         timeout: float = 30.0,
         signers: Signers | None = None,
+        broker: Broker | None = None,
         files: BodyFiles | None = None,
     ) -> None:
         self._insecure = insecure
-        self.signers = signers or Signers()
+        self.broker = broker
+        self.signers = broker.signers if broker is not None else signers or Signers()
         self.files = files  # where FileBody bodies are read from
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -155,29 +161,38 @@ class UpstreamClient:
         *,
         keep: int = KEEP,
         need_all: bool = False,
+        session: str | None = None,
         spill: Spill | None = None,
     ) -> UpstreamResponse:
         """One attempt; raises UpstreamError when no response arrives (or a FileBody cannot
         be read), BodyTooLarge when `need_all` and the body is larger than `keep` bytes (read
-        no further) or, with `spill`, larger than its limit."""
+        no further) or, with `spill`, larger than its limit. `session`: the session it is
+        sent for (its secrets, its signing keys)."""
         target: str | URL = url
         sent_headers = dict(headers or {})
         if not any(k.lower() == "accept-encoding" for k in sent_headers):
             sent_headers["Accept-Encoding"] = "identity"
         data: bytes | AsyncIterator[bytes] | None
+        inline: bytes | None = None
+        payload: str | None = None  # the hash a signature covers, when the body is a file
         if isinstance(body, FileBody):
             data = self._file_data(body, url)
             sent_headers = {k: v for k, v in sent_headers.items() if k.lower() != "content-length"}
             sent_headers["Content-Length"] = str(body.length)
+            payload = body.sha256
         else:
-            data = body
-        if self.signers.for_url(url) is not None:
-            if isinstance(body, FileBody):
-                url, sent_headers = self.signers.sign(
-                    method, url, sent_headers, None, payload_sha256=body.sha256
-                )
-            else:
-                url, sent_headers = self.signers.sign(method, url, sent_headers, body)
+            data = inline = body
+        if self.broker is not None:
+            signed = self.signers.for_url(url, session) is not None
+            url, sent_headers = self.broker.outgoing(
+                method, url, sent_headers, inline, session, payload_sha256=payload
+            )
+            if signed:
+                target = URL(url, encoded=True)  # sent exactly as signed, never re-quoted
+        elif self.signers.for_url(url, session) is not None:
+            url, sent_headers = self.signers.sign(
+                method, url, sent_headers, inline, session=session, payload_sha256=payload
+            )
             target = URL(url, encoded=True)  # sent exactly as signed, never re-quoted
         try:
             async with self._client().request(
@@ -188,13 +203,18 @@ class UpstreamClient:
             raise UpstreamError(f"{method} {redact.url(url)} was not sent: {exc}") from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(
-                f"{method} {redact.url(url)}: {type(exc).__name__}: {redact.text(str(exc))}"
+                f"{method} {redact.url(url)}: {type(exc).__name__}: {self._said(exc)}"
             ) from None
         except ValueError as exc:  # a header value with CR/LF, a URL aiohttp cannot send
             raise UpstreamError(
                 f"{method} {redact.url(url)} cannot be sent: {type(exc).__name__}: "
-                f"{redact.text(str(exc))}"
+                f"{self._said(exc)}"
             ) from None
+
+    def _said(self, exc: Exception) -> str:
+        """An exception's message as an error may show it: secrets hidden, by name and by value."""
+        text = redact.text(str(exc))
+        return self.broker.scrub(text) if self.broker is not None else text
 
     def _file_data(self, body: FileBody, url: str) -> AsyncIterator[bytes]:
         """The body file's bytes, a record at a time, read and opened off the event loop."""
@@ -222,6 +242,7 @@ class UpstreamClient:
         *,
         keep: int = KEEP,
         need_all: bool = False,
+        session: str | None = None,
         spill: Spill | None = None,
     ) -> UpstreamResponse:
         """Retry connection errors, 5xx and 429 with backoff; the last answer or UpstreamError.
@@ -234,7 +255,14 @@ class UpstreamClient:
             retry_after = None
             try:
                 response = await self.send(
-                    method, url, headers, body, keep=keep, need_all=need_all, spill=spill
+                    method,
+                    url,
+                    headers,
+                    body,
+                    keep=keep,
+                    need_all=need_all,
+                    session=session,
+                    spill=spill,
                 )
             except UpstreamError as exc:
                 history.append(str(exc))

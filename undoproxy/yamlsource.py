@@ -8,6 +8,7 @@ and sequences are `YList`: they behave exactly like dict and list, and also carr
 `${NAME}` (upper-case environment variable names only) is expanded in every string scalar;
 lower-case `${request.body...}` style templates are left alone for the rules engine. An unset
 variable expands to the empty string; a scalar that is exactly one unset `${NAME}` becomes None.
+`expand=False` leaves every string as written (`secrets:` reads its references itself).
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def expand_env(text: str) -> str | None:
 
 
 class _Builder:
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, expand: bool = True) -> None:
         self.file = file
+        self.expand = expand
 
     def loc(self, node: yaml.Node) -> Location:
         return Location(self.file, node.start_mark.line + 1)
@@ -95,7 +97,7 @@ class _Builder:
         assert isinstance(node, yaml.ScalarNode)
         value = yaml.SafeLoader.construct_scalar(yaml.SafeLoader(""), node)
         resolved = _resolve_scalar(node, value)
-        if isinstance(resolved, str):
+        if isinstance(resolved, str) and self.expand:
             return expand_env(resolved)
         return resolved
 
@@ -109,7 +111,7 @@ def _resolve_scalar(node: yaml.ScalarNode, value: Any) -> Any:
     return constructor(loader, node)
 
 
-def load_text(text: str, file: str) -> Any:
+def load_text(text: str, file: str, *, expand: bool = True) -> Any:
     """Parse YAML text; `file` is only used in locations and error messages."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -121,10 +123,10 @@ def load_text(text: str, file: str) -> Any:
         raise ConfigError(Location(file, 0), f"invalid YAML: {exc}") from None
     if node is None:
         return None
-    return _Builder(file).build(node)
+    return _Builder(file, expand).build(node)
 
 
-def load_file(path: str | Path) -> Any:
+def load_file(path: str | Path, *, expand: bool = True) -> Any:
     """Read and parse a YAML file, keeping locations."""
     p = Path(path)
     try:
@@ -133,4 +135,4 @@ def load_file(path: str | Path) -> Any:
         raise ConfigError(Location(str(p), 0), "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(Location(str(p), 0), f"cannot read: {exc}") from None
-    return load_text(text, str(p))
+    return load_text(text, str(p), expand=expand)

@@ -123,6 +123,14 @@ def test_deny_with_a_reason_gives_the_agent_403(
     state.items["8"] = {"id": "8", "name": "Grace"}
     held = in_thread(lambda: up.agent(session_id).delete(f"{api.base_url}/items/8", timeout=60))
     card = page.locator(".card", has_text=session_id)
+    # What the DELETE would remove, read from the target while it waits (its snapshot).
+    expect(card.locator(".diff-head")).to_contain_text("deleted: every line below goes")
+    expect(card.locator(".diff .d-del", has_text='"name": "Grace"')).to_be_visible()
+    # The sessions list counts the held request.
+    page.click("nav a[href='/sessions']")
+    row = page.locator("#sessions tr", has_text=session_id)
+    expect(row.locator("td").nth(5)).to_have_text("1")
+    page.click("nav a[href='/']")
     card.locator(".reason").fill("Grace stays")
     card.locator("button.deny").click()
     response = held.result(20)
@@ -130,6 +138,21 @@ def test_deny_with_a_reason_gives_the_agent_403(
     assert response.json()["reason"] == "Grace stays"
     assert "8" in state.items
     expect(page.locator("#decided tr", has_text=session_id)).to_contain_text("Grace stays")
+
+
+def test_the_sessions_list_counts_held_requests_live(
+    page: Page, up: Undoproxy, api: ThreadedServer, state: rest.RestState, session_id: str
+) -> None:
+    state.items["9"] = {"id": "9", "name": "Hedy"}
+    page.click("nav a[href='/sessions']")
+    expect(page.locator("#sessions")).to_be_visible()
+    held = in_thread(lambda: up.agent(session_id).delete(f"{api.base_url}/items/9", timeout=60))
+    row = page.locator("#sessions tr", has_text=session_id)
+    expect(row.locator("td").nth(5)).to_have_text("1")  # over /api/events: no reload
+    [approval] = up.api("GET", f"/api/approvals?session={session_id}").json()["approvals"]
+    up.api("POST", f"/api/approvals/{approval['id']}/deny", json={"reason": "not now"})
+    assert held.result(20).status_code == 403
+    expect(row.locator("td").nth(5)).to_have_text("")
 
 
 def test_batch_deny_of_three_asks_for_confirmation(

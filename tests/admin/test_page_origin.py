@@ -195,7 +195,9 @@ def test_a_dev_server_on_another_port_gets_no_admin_credential_and_cannot_approv
 
     assert up.api("GET", f"/api/approvals/{approval['id']}").json()["state"] == "pending"
     assert not held.done()
-    assert not any(r.path == urlsplit(target).path for r in received(plain_upstream))
+    # Nothing but the read that shows the person what the DELETE would remove (the preview).
+    reached = [r.method for r in received(plain_upstream) if r.path == urlsplit(target).path]
+    assert set(reached) <= {"GET"}, reached
     assert context.cookies() == []  # nothing the browser attaches by itself
     assert key is not None and key.startswith("page_")  # a page key, kept in this tab only
 

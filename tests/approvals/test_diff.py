@@ -44,12 +44,28 @@ def test_secrets_are_redacted_on_both_sides() -> None:
 
 
 @pytest.mark.parametrize(
-    ("method", "current"), [("DELETE", CURRENT), ("POST", CURRENT), ("PUT", None)]
+    ("method", "current"), [("POST", CURRENT), ("PUT", None), ("DELETE", None)]
 )
 def test_no_diff_when_not_an_update_or_the_target_is_unknown(
     method: str, current: dict[str, Any] | None
 ) -> None:
     assert update_diff(method, current, {"a": 1}) is None
+
+
+def test_a_held_delete_shows_what_it_would_delete() -> None:
+    diff = update_diff("DELETE", CURRENT, None)
+    assert diff is not None and diff["deletes"] is True
+    assert changes(diff) == [
+        ["-", "{"],
+        ["-", '  "name": "Ada",'],
+        ["-", '  "tier": "gold"'],
+        ["-", "}"],
+    ]
+
+
+def test_a_held_delete_of_nothing_removes_nothing() -> None:
+    diff = update_diff("DELETE", {"url": "u", "status": 404, "body": {"error": "nope"}}, None)
+    assert diff is not None and diff["lines"] == []
 
 
 def test_a_missing_target_shows_everything_as_added() -> None:

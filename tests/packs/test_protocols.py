@@ -114,6 +114,55 @@ def test_a_graphql_mutation_is_an_irreversible_mutation(
     assert "CreateIssue" in entry["detail"]
 
 
+@pytest.mark.parametrize(
+    ("method", "query", "body"),
+    [
+        ("POST", "mutation Drop { drop }", None),
+        ("POST", "mutation Drop { drop }", {"query": "{ viewer { login } }"}),
+        ("POST", "{ viewer { login } }", {"query": "mutation Drop { drop }"}),
+        ("GET", "mutation Drop { drop }", None),
+    ],
+    ids=["post-url-only", "post-url-mutation-body-query", "post-body-mutation-url-query", "get"],
+)
+def test_a_graphql_mutation_in_the_url_is_a_mutation(
+    proxy: Undoproxy,
+    fake: ThreadedServer,
+    session: str,
+    method: str,
+    query: str,
+    body: dict[str, Any] | None,
+) -> None:
+    """GraphQL over HTTP reads `?query=` (GET, and POST on many servers): a mutation there, or
+    anywhere, makes the request a mutation, held here by defaults.mutations: hold."""
+    with proxy.agent(session) as s:
+        answer = in_thread(
+            lambda: s.request(
+                method, f"{fake.base_url}/graphql", params={"query": query}, json=body, timeout=60
+            )
+        )
+        approval = wait_pending(proxy, session)
+        assert approval["rule"] == "graphql/mutation"
+        assert decide(proxy, approval["id"], "deny").status_code == 200
+        assert answer.result(30).status_code == 403
+    [step] = proxy.steps(session)
+    assert (step["kind"], step["rule"], step["status"]) == (
+        "mutation",
+        "graphql/mutation",
+        "denied",
+    )
+
+
+def test_a_graphql_query_in_the_url_is_a_read(
+    proxy: Undoproxy, fake: ThreadedServer, session: str
+) -> None:
+    with proxy.agent(session) as s:
+        r = s.get(f"{fake.base_url}/graphql", params={"query": "query Me { viewer { id } }"})
+    assert r.status_code == 200
+    [step] = proxy.steps(session)
+    assert (step["kind"], step["rule"]) == ("read", "graphql/query")
+    assert step["meta"] == {"operation": "Me", "operation_type": "query"}
+
+
 def _approved(proxy: Undoproxy, session: str, send: Any) -> Any:
     """Send a mutation, see it held (a pack rule names no action: defaults.mutations holds it),
     approve it, and return its answer."""

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from undoproxy.proxy.streaming import KEEP_BYTES, StreamTail
-from undoproxy.rules.graphql import Operation, operation_of
+from undoproxy.rules.graphql import Operation, operation_of, operation_of_request
 from undoproxy.rules.record import Record, RecordEntry, request_fields, stream_events
 
 
@@ -37,6 +37,59 @@ from undoproxy.rules.record import Record, RecordEntry, request_fields, stream_e
 )
 def test_graphql_operation(body: Any, expected: Operation | None) -> None:
     assert operation_of(body) == expected
+
+
+M, Q = Operation("mutation"), Operation("query")
+
+
+@pytest.mark.parametrize(
+    ("body", "raw", "query", "expected"),
+    [
+        # The URL alone (GET, or POST with an empty body).
+        (None, b"", [("query", "mutation { b }")], M),
+        (None, b"", [("query", "query A { a }"), ("operationName", "A")], Operation("query", "A")),
+        # Body and URL: the stricter wins, whichever carries the mutation.
+        ({"query": "{ a }"}, b"", [("query", "mutation { b }")], M),
+        ({"query": "mutation { b }"}, b"", [("query", "{ a }")], M),
+        ({"query": "{ a }"}, b"", [("query", "{ b }")], Q),
+        ({"query": "{ a }"}, b"", [("query", "{ b }"), ("query", "mutation { c }")], M),
+        # Something unreadable where an operation may be: no reading at all.
+        ({"query": "{ a }"}, b"", [("query", "not graphql")], None),
+        ({"variables": {}}, b"", [("query", "{ a }")], None),
+        # Bodies that are not JSON: the document itself, or a form.
+        (None, b"mutation { b }", [], M),
+        (
+            None,
+            b"query=mutation%20X%7Bb%7D&operationName=X",
+            [("query", "{ a }")],
+            Operation("mutation", "X"),
+        ),
+        (None, b"query=mutation{b}", [], M),
+        (None, b"\xff\xfe", [("query", "{ a }")], None),
+        (None, b"   ", [("query", "{ a }")], Q),
+        (None, b"", [("variables", "{}")], None),
+    ],
+    ids=[
+        "url-mutation",
+        "url-named-query",
+        "body-query-url-mutation",
+        "body-mutation-url-query",
+        "both-queries",
+        "one-of-two-url-documents",
+        "url-unreadable",
+        "body-without-query",
+        "raw-document",
+        "form-body",
+        "unencoded-form",
+        "undecodable-body",
+        "blank-body",
+        "nothing",
+    ],
+)
+def test_graphql_operation_of_request(
+    body: Any, raw: bytes, query: list[tuple[str, str]], expected: Operation | None
+) -> None:
+    assert operation_of_request(body, raw, query) == expected
 
 
 def test_forms_are_read_as_fields() -> None:

@@ -66,6 +66,7 @@ def _hooks() -> list[tuple[str, str]]:
 def _chain() -> list[type]:
     from undoproxy.proxy import (
         bodies,
+        brokering,
         framing,
         gate,
         grpc,
@@ -85,6 +86,7 @@ def _chain() -> list[type]:
         websockets.WebSockets,
         streaming.Streaming,
         bodies.Bodies,
+        brokering.KeepSecretsFromAgent,
         mcp.McpTraffic,
         grpc.GrpcCalls,
         gate.Gate,
@@ -92,6 +94,7 @@ def _chain() -> list[type]:
         snapshots.Snapshots,
         journaling.JournalAddon,
         framing.Framing,
+        brokering.InjectSecrets,
     ]
 
 
@@ -147,8 +150,9 @@ async def test_an_exception_in_any_hook_forwards_nothing(
     assert body["step"]
     await running.journal.writer.flush()
     steps = await running.journal.steps(session)
-    if addon_name == "SessionIdentity":
+    if addon_name == "SessionIdentity" and hook != "request":
         # Which session the request belongs to is what failed: it is journaled in `default`.
+        # (Its `request` hook, the trailers' check, runs once the session is known.)
         step = await running.journal.step(body["step"])
         assert step is not None and step.session_id == "default"
         steps = [step]
@@ -341,3 +345,59 @@ async def test_a_fault_on_a_websocket_message_drops_it_and_closes_the_socket(
         upstream.stop()
     assert got == ["first"]
     assert running.guard.failures == 1
+
+
+@pytest.mark.parametrize("method", ["PUT", "GET"])
+async def test_a_request_nothing_decided_about_is_never_forwarded(
+    running: server.Running, tls_upstream: ThreadedServer, method: str
+) -> None:
+    # A bug that leaves no state on the flow (identity returning without deciding, say) is
+    # not an exception: the first hook that decides finds nothing and refuses, reads too.
+    identity = running.guard.chain[0]
+
+    async def forgets(flow: Any) -> None:
+        return None
+
+    identity.requestheaders = forgets  # type: ignore[method-assign]
+    marker = f"/no-state/{uuid.uuid4().hex}"
+    agent = _agent(running, f"ns-{uuid.uuid4().hex[:8]}")
+    answer = await asyncio.to_thread(
+        lambda: agent.request(method, tls_upstream.base_url + marker, timeout=30)
+    )
+    assert answer.status_code >= 500 and answer.json()["error"].startswith("undoproxy_")
+    assert [r for r in received(tls_upstream) if r.path == marker] == []
+
+
+@pytest.mark.parametrize("addon_name", ["Streaming", "InjectSecrets"])
+async def test_a_fault_while_a_secret_is_in_the_request_journals_the_agents_version(
+    tmp_path: Path,
+    tls_upstream: ThreadedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    addon_name: str,
+) -> None:
+    """A fault after the credential broker put a real value in (Streaming.responseheaders
+    runs before the request is put back) or while it does (InjectSecrets.request): the step
+    the guard journals records the request as the agent sent it, never the value."""
+    real = f"real-org-{uuid.uuid4().hex}"
+    monkeypatch.setenv("FAIL_CLOSED_ORG", real)
+    secret = {"host": "127.0.0.1", "header": "X-Org", "value": "${FAIL_CLOSED_ORG}"}
+    app = await _start(tmp_path, {"secrets": [secret]})
+    try:
+        addon = next(a for a in app.guard.chain if type(a).__name__ == addon_name)
+        hook = "responseheaders" if addon_name == "Streaming" else "request"
+
+        def boom(*args: Any) -> None:
+            raise RuntimeError("injected fault")
+
+        setattr(addon, hook, boom)
+        session = f"fcs-{uuid.uuid4().hex[:8]}"
+        answer = await asyncio.to_thread(
+            _agent(app, session).get, tls_upstream.base_url + "/org", timeout=30
+        )
+        assert answer.status_code == 502
+        await app.journal.writer.flush()
+        steps = await app.journal.steps(session)
+        assert len(steps) == 1 and "internal error" in (steps[0].error or "")
+        assert real not in repr(steps[0])
+    finally:
+        await server.stop(app)

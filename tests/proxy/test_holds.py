@@ -3,6 +3,8 @@ the real response or the contract's 403; webhooks are told; nothing held leaks t
 
 from __future__ import annotations
 
+import base64
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,9 +16,11 @@ import requests
 from tests.conftest import received
 from tests.support.holding import (
     HOOKS,
+    approvals,
     dead_url,
     decide,
     in_thread,
+    until,
     wait_pending,
     wait_state,
     webhook_app,
@@ -237,13 +241,61 @@ def test_the_webhook_is_told_and_a_dead_one_changes_nothing(
     assert len(marked(plain_upstream, marker)) == 1
 
 
+def test_the_webhook_shows_session_ids_and_urls_as_text_not_slack_markup(
+    up: Undoproxy, hooks: ThreadedServer, plain_upstream: ThreadedServer
+) -> None:
+    """Slack reads `<!channel>` as a mention of everyone and `<http://evil|click>` as a link;
+    from an agent's session id and URL they must arrive escaped, as Slack says to."""
+    marker = uuid.uuid4().hex[:12]
+    session = f"<!channel>&<@U0{marker}>`*x*`"
+    target = f"/held/{marker}/<http://evil.example|click>&amp"
+    host = f"127.0.0.1:{plain_upstream.port}"
+
+    def send() -> bytes:
+        with socket.create_connection(("127.0.0.1", up.proxy_port), timeout=30) as sock:
+            sock.sendall(
+                f"DELETE http://{host}{target} HTTP/1.1\r\nHost: {host}\r\n"
+                f"X-Undoproxy-Session: {session}\r\nConnection: close\r\n\r\n".encode()
+            )
+            return sock.recv(65536)
+
+    held = in_thread(send)
+    approval = until(
+        lambda: [a for a in approvals(up, state="pending") if marker in a["url"]],
+        what="the approval",
+    )[0]
+    [hook] = until(
+        lambda: [h for h in hooks.app[HOOKS] if approval["id"] in h["text"]], what="the webhook"
+    )
+    text = hook["text"]
+    assert "<" not in text and ">" not in text  # no mention, no link, no markup at all
+    assert f"&lt;!channel&gt;&amp;&lt;@U0{marker}&gt;'*x*'" in text
+    assert f"/held/{marker}/&lt;http://evil.example|click&gt;&amp;amp" in text
+    assert decide(up, approval["id"], "deny").status_code == 200
+    assert b" 403 " in held.result(15).split(b"\r\n", 1)[0]
+
+
 def test_an_agent_that_gives_up_leaves_an_expired_approval(
     up: Undoproxy, plain_upstream: ThreadedServer, session_id: str
 ) -> None:
     marker = uuid.uuid4().hex
-    with up.agent(session_id) as s, pytest.raises(requests.exceptions.ReadTimeout):
-        s.delete(f"{plain_upstream.base_url}/held/{marker}", timeout=1.5)
-    [approval] = up.api("GET", f"/api/approvals?session={session_id}").json()["approvals"]
+    # A plain-HTTP request through the proxy on a socket of our own, closed once its approval
+    # is pending (never after a fixed time: under load the hold may come later than that).
+    credentials = base64.b64encode(f"{session_id}:x".encode()).decode()
+    host = plain_upstream.base_url.removeprefix("http://")
+    agent = socket.create_connection(("127.0.0.1", up.proxy_port), timeout=30)
+    agent.sendall(
+        f"DELETE {plain_upstream.base_url}/held/{marker} HTTP/1.1\r\nHost: {host}\r\n"
+        f"Proxy-Authorization: Basic {credentials}\r\nContent-Length: 0\r\n\r\n".encode()
+    )
+    approval = until(
+        lambda: next(
+            iter(up.api("GET", f"/api/approvals?session={session_id}").json()["approvals"]), None
+        ),
+        timeout=30,
+        what="the request is held",
+    )
+    agent.close()  # the agent gives up
     expired = wait_state(up, approval["id"], "expired")
     assert "disconnected" in expired["reason"]
     assert decide(up, approval["id"], "approve").status_code == 409

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import requests
+from botocore.exceptions import ClientError
 
 from tests.rollback.helpers import details, rollback_ends, statuses
 from tests.support.ci import skip_or_fail
@@ -36,8 +37,17 @@ def moto(upstream_cert: tuple[Path, Path]) -> Iterator[MotoS3]:
     server.stop()
 
 
-def _proxy(directory: Path, moto: MotoS3, *, signing: bool, secret: str = "") -> Undoproxy:
+def _proxy(
+    directory: Path,
+    moto: MotoS3,
+    *,
+    signing: bool,
+    secret: str = "",
+    rules: list[dict[str, Any]] | None = None,
+) -> Undoproxy:
     config: dict[str, Any] = {"packs": [{"name": "s3", "hosts": [moto.host]}]}
+    if rules:
+        config["rules"] = rules
     if signing:
         config["signing"] = [
             {
@@ -226,10 +236,39 @@ def test_without_signing_the_write_goes_through_and_rollback_says_irreversible(
     assert object_state(s3, bucket, "docs/a.txt") == after  # nothing was sent
 
 
-def test_a_wrong_signing_key_never_blocks_the_write(
+def test_a_wrong_signing_key_blocks_the_write_saying_which_key(
     tmp_path: Path, moto: MotoS3, s3: Any, bucket: str, session_id: str
 ) -> None:
+    # undoproxy's own signed read before the PUT fails: the write would be irreversible, and
+    # nothing says that is acceptable. Fail closed: refused, with the entry to fix.
     up = _proxy(tmp_path / "wrong-key", moto, signing=True, secret="not-the-secret")
+    before = object_state(s3, bucket, "docs/a.txt")
+    try:
+        with pytest.raises(ClientError) as refused:
+            agent(moto, up, session_id).put_object(Bucket=bucket, Key="docs/a.txt", Body=b"x")
+    finally:
+        up.stop()
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+    assert object_state(s3, bucket, "docs/a.txt") == before  # nothing was forwarded
+
+
+def test_a_rule_may_let_a_write_go_on_when_its_signed_snapshot_fails(
+    tmp_path: Path, moto: MotoS3, s3: Any, bucket: str, session_id: str
+) -> None:
+    up = _proxy(
+        tmp_path / "proceed",
+        moto,
+        signing=True,
+        secret="not-the-secret",
+        rules=[
+            {
+                "name": "s3-put-anyway",
+                "match": {"host": moto.host, "method": "PUT", "path": "/**"},
+                "compensate": "s3.object",
+                "on_snapshot_error": "proceed",
+            }
+        ],
+    )
     try:
         agent(moto, up, session_id).put_object(Bucket=bucket, Key="docs/a.txt", Body=b"agent")
         report = up.rollback(session_id)

@@ -74,3 +74,32 @@ def test_with_another_key_the_step_is_reported_not_written_back_empty(
         assert store.objects["notes.txt"].body == b"overwritten by the agent"  # nothing sent
     finally:
         other.stop()
+
+
+def test_with_another_key_nothing_is_sent_without_the_agents_credentials(
+    tmp_path: Path, server: ThreadedServer, store: objects.StoreState
+) -> None:
+    # A creation's undo is a DELETE with no body: only its credentials were sealed. Sent
+    # without them it could be answered by another account (or as anonymous), and read back
+    # as "gone" by a 401/404 that shows nothing: it is not sent at all.
+    with_key = Undoproxy(tmp_path / "u").start()
+    try:
+        with with_key.agent("creds", headers=AUTH) as s:
+            made = s.post(f"{server.base_url}/o/", data=b"a note").json()["id"]
+    finally:
+        with_key.stop()
+    shutil.rmtree(with_key.state_dir)
+    key = Fernet.generate_key().decode()
+    other = Undoproxy(tmp_path / "u", env={"UNDOPROXY_CREDENTIALS_KEY": key}).start()
+    try:
+        deletes = len(store.requests("DELETE"))
+        report = other.rollback("creds")
+        assert report["state"] == "rollback_incomplete"
+        assert statuses(report) == ["failed"]
+        assert (
+            "credentials for this step are encrypted with another credentials key"
+            in (details(report)[0])
+        )
+        assert len(store.requests("DELETE")) == deletes and made in store.objects
+    finally:
+        other.stop()

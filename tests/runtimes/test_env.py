@@ -1,6 +1,7 @@
 """`undoproxy env`: every shell format says the same thing, the JVM truststore is sound, and
-a session's own port puts every connection in that session, behind the same rules and guard,
-in token mode too and across a restart."""
+a session's own port puts every connection in that session, behind the same rules and guard
+and across a restart; it refuses requests that name another session, and in token mode wants
+the session's own credentials."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import os
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from tests.runtimes.conftest import agent_env, need
+from tests.runtimes.conftest import agent_env, need, received
+from tests.support import upstream
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 from undoproxy.runtimes import truststore
@@ -106,9 +110,12 @@ def _curl(
     )
 
 
-def test_a_session_port_is_the_session_in_token_mode_behind_the_rules_and_across_restarts(
+def test_a_session_port_in_token_mode_wants_the_session_s_credentials_across_restarts(
     tmp_path: Path, api_upstream: ThreadedServer
 ) -> None:
+    """In token mode a port is not a credential (any local process can connect to it): the
+    session's own port wants that session's token as proxy credentials, like the main port,
+    and refuses another session's."""
     config = {
         "proxy": {"auth": "token"},
         "rules": [
@@ -124,39 +131,89 @@ def test_a_session_port_is_the_session_in_token_mode_behind_the_rules_and_across
         env = agent_env(proxy, "javaish")
         port = int(env["UNDOPROXY_SESSION_PROXY"].rsplit(":", 1)[1])
         assert agent_env(proxy, "javaish")["UNDOPROXY_SESSION_PROXY"].endswith(f":{port}")
+        own = env["HTTPS_PROXY"].split("//", 1)[1].rsplit("@", 1)[0]  # javaish:TOKEN
+        other_token = proxy.api("POST", "/api/sessions", json={"id": "other"}).json()["token"]
         url = f"{api_upstream.base_url}/echo/by-port"
-        # No credentials at all: the main port refuses (token mode), the session port does not.
-        refused = _curl(proxy.proxy_port, url, env)
-        assert "407" in refused.stdout + refused.stderr
-        assert _curl(port, url, env).stdout == "200"
-        # Credentials of another session change nothing on a session's own port.
-        other = _curl(port, url + "?other", env, "--proxy-user", "intruder:nope")
-        assert other.stdout == "200"
+        # No credentials: refused on the main port and on the session's own port alike.
+        for no_creds in (proxy.proxy_port, port):
+            refused = _curl(no_creds, url + "?none", env)
+            assert "407" in refused.stdout + refused.stderr
+        wrong = _curl(port, url + "?wrong", env, "--proxy-user", "javaish:nope")
+        assert "407" in wrong.stdout + wrong.stderr
+        # Another session's valid credentials: refused, filed under neither session.
+        other = _curl(port, url + "?other", env, "--proxy-user", f"other:{other_token}")
+        assert "403" in other.stdout + other.stderr
+        assert _curl(port, url, env, "--proxy-user", own).stdout == "200"
         # The same rules apply: a denied request is refused and never forwarded.
-        denied = _curl(port, url + "-delete", env, "-X", "DELETE")
+        denied = _curl(port, url + "-delete", env, "--proxy-user", own, "-X", "DELETE")
         assert denied.stdout == "403"
         seen = [
             (s["method"], s["url"].split("/echo/", 1)[1], s["status"])
             for s in proxy.steps("javaish")
         ]
-        assert seen == [
-            ("GET", "by-port", "succeeded"),
-            ("GET", "by-port?other", "succeeded"),
-            ("DELETE", "by-port-delete", "denied"),
-        ]
+        assert seen == [("GET", "by-port", "succeeded"), ("DELETE", "by-port-delete", "denied")]
+        assert proxy.steps("other") == []
         assert proxy.stop() == 0
         proxy.output = []  # new ephemeral admin and proxy ports: read the new banner
         proxy.start()  # the session's port is reopened for the same session
-        assert _curl(port, url + "?again", env).stdout == "200"
+        assert _curl(port, url + "?again", env, "--proxy-user", own).stdout == "200"
         assert proxy.steps("javaish")[-1]["url"].endswith("by-port?again")
     finally:
         proxy.stop()
     assert os.path.exists(tmp_path / "state" / "session-ports.json")
 
 
+@pytest.fixture(scope="module")
+def plain_api_upstream() -> Iterator[ThreadedServer]:
+    """The echo upstream on 127.0.0.2, plain HTTP: proxy credentials on every request."""
+    server = ThreadedServer(upstream.create_app(), host="127.0.0.2").start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_a_session_port_refuses_requests_that_name_another_session(
+    rt_proxy: Undoproxy,
+    api_upstream: ThreadedServer,
+    plain_api_upstream: ThreadedServer,
+    scheme: str,
+) -> None:
+    """Open mode: the port is the session, and credentials (or the session header) naming
+    another one are refused 403 undoproxy_wrong_session, not filed under the port's session:
+    a frozen session's agent cannot slip past its kill switch through another session's
+    port."""
+    suffix = uuid.uuid4().hex[:8]
+    frozen, carrier = f"frozen-{suffix}", f"carrier-{suffix}"
+    env = agent_env(rt_proxy, carrier)
+    port = int(env["UNDOPROXY_SESSION_PROXY"].rsplit(":", 1)[1])
+    rt_proxy.api("POST", "/api/sessions", json={"id": frozen})
+    assert rt_proxy.api("POST", f"/api/sessions/{frozen}/freeze").status_code == 200
+    base = (api_upstream if scheme == "https" else plain_api_upstream).base_url
+    url = f"{base}/echo/slip-{suffix}"
+    before = len(received(api_upstream)) + len(received(plain_api_upstream))
+    as_frozen = _curl(port, url, env, "--proxy-user", f"{frozen}:x", "-X", "POST")
+    by_header = _curl(port, url, env, "-H", f"X-Undoproxy-Session: {frozen}", "-X", "POST")
+    for refused in (as_frozen, by_header):
+        assert "403" in refused.stdout + refused.stderr
+    if scheme == "http":  # a plain request gets the JSON answer itself
+        body = subprocess.run(
+            ["curl", "-sS", "--proxy", f"http://{frozen}:x@127.0.0.1:{port}", url, "-X", "POST"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        assert json.loads(body)["error"] == "undoproxy_wrong_session"
+    after = received(api_upstream) + received(plain_api_upstream)
+    assert len(after) == before
+    assert rt_proxy.steps(carrier) == [] and rt_proxy.steps(frozen) == []
+    # Its own name (or none) is the port's session, as always.
+    assert _curl(port, url, env, "--proxy-user", f"{carrier}:x").stdout == "200"
+    assert [s["method"] for s in rt_proxy.steps(carrier)] == ["GET"]
+
+
 def test_every_start_says_where_the_token_is_and_names_the_cli_as_run(tmp_path: Path) -> None:
     def banner() -> str:  # start() returns at the address lines: wait for the last line
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while "Agents:" not in "".join(proxy.output) and time.monotonic() < deadline:
             time.sleep(0.02)
         return "".join(proxy.output)
@@ -174,7 +231,11 @@ def test_every_start_says_where_the_token_is_and_names_the_cli_as_run(tmp_path: 
     assert "(generated; kept in " + kept in first
     assert f"token    kept in {kept}" in again
     # Started as `python -m undoproxy`: that is how the banner tells to run the CLI.
-    assert f'eval "$({sys.executable} -m undoproxy env --session NAME)"' in again
+    # Started as `python -m undoproxy -c FILE`: that is how the banner tells to run the CLI,
+    # with the same config, through which the CLI finds this instance and its token.
+    config = proxy.config_path
+    assert f'eval "$({sys.executable} -m undoproxy env -c {config} --session NAME)"' in again
+    assert f"Check: {sys.executable} -m undoproxy doctor -c {config}" in again
     assert f"{tmp_path}/journal.db" in again
 
 

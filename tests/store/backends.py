@@ -20,15 +20,22 @@ import aiosqlite
 import asyncpg
 
 from tests.support.postgres import Cluster
+from undoproxy.credentials import CredentialBox
 from undoproxy.events import EventBus
-from undoproxy.store import chain, chainscan, schema
+from undoproxy.store import chain, chain_verify, chainscan, schema
 from undoproxy.store.journal import Journal
 from undoproxy.store.postgres import schema as pg_schema
 from undoproxy.store.postgres.journal import PgJournal
+from undoproxy.store.postgres.sql import translate
 from undoproxy.store.postgres.verify import verify as pg_verify
 from undoproxy.store.postgres.writer import PgWriter
 from undoproxy.store.sqlite_writer import JournalWriter
 from undoproxy.store.writer import QueuedWriter as Writer
+
+
+def _keys() -> dict[str, chain.ChainKey]:
+    """The chain keys of the journals tests open: without a box, this process's own."""
+    return chain.keyring(CredentialBox.for_this_process())
 
 
 class StoreUnderTest(Protocol):
@@ -57,11 +64,20 @@ class StoreUnderTest(Protocol):
     async def entries(self) -> list[tuple[str, str, int]]:
         """The chain, in order: (table, row id, version)."""
 
-    async def verify(self, heads: Iterable[str] = ()) -> chain.Report:
-        """`undoproxy verify`'s check."""
+    async def verify(
+        self, heads: Iterable[str] = (), keys: dict[str, chain.ChainKey] | None = None
+    ) -> chain_verify.Report:
+        """`undoproxy verify`'s check, with `keys` (default: the key the tests' journals are
+        keyed with)."""
 
     async def rebuild_chain(self) -> None:
-        """Recompute the whole chain from the rows, as someone who knows the scheme could."""
+        """Recompute the whole chain from the rows, as someone who knows the scheme but not
+        the key could: unkeyed."""
+
+    async def before_keys(self) -> None:
+        """Make a journal as an undoproxy from before keyed chains left it: every migration
+        before the keyed chain's (session counts and archives included), session s1 with
+        steps st1 and st2, their unkeyed chain."""
 
     def upsert_step(self, columns: Iterable[str]) -> str:
         """SQL that writes a whole steps row again (`:name` parameters)."""
@@ -71,6 +87,25 @@ class StoreUnderTest(Protocol):
 
     async def release(self) -> None:
         """Let go of what `hold` took."""
+
+
+# The rows of a journal from before keyed chains (`before_keys`), in SQL both databases take.
+_OLD_ROWS: list[tuple[str, tuple[Any, ...]]] = [
+    (
+        "INSERT INTO sessions (id, token, state, created_at, updated_at, frozen) "
+        "VALUES ('s1', 'tok', 'open', 1.0, 1.0, 0)",
+        (),
+    ),
+    *(
+        (
+            "INSERT INTO steps (id, session_id, seq, created_at, updated_at, method, url, "
+            "is_mutation, status, request_body_len) VALUES (?, 's1', ?, 1.5, 2.0, 'POST', "
+            "'https://a.test/x', 1, 'succeeded', 0)",
+            (f"st{seq}", seq),
+        )
+        for seq in (1, 2)
+    ),
+]
 
 
 class SqliteStore:
@@ -125,8 +160,13 @@ class SqliteStore:
             for t, r, v in await self.rows("SELECT tbl, row_id, version FROM chain ORDER BY seq")
         ]
 
-    async def verify(self, heads: Iterable[str] = ()) -> chain.Report:
-        return await asyncio.to_thread(chainscan.verify_sqlite, self.path, heads=list(heads))
+    async def verify(
+        self, heads: Iterable[str] = (), keys: dict[str, chain.ChainKey] | None = None
+    ) -> chain_verify.Report:
+        found = keys if keys is not None else _keys()
+        return await asyncio.to_thread(
+            chainscan.verify_sqlite, self.path, heads=list(heads), keys=found
+        )
 
     async def rebuild_chain(self) -> None:
         with sqlite3.connect(self.path) as db:
@@ -138,11 +178,31 @@ class SqliteStore:
                     seq += 1
                     digest = chain.entry_hash(prev, chain.canonical(table, dict(row).items()))
                     db.execute(
-                        "INSERT INTO chain VALUES (?, ?, ?, 1, ?, ?)",
+                        "INSERT INTO chain (seq, tbl, row_id, version, prev_hash, hash) "
+                        "VALUES (?, ?, ?, 1, ?, ?)",
                         (seq, table, row["id"], prev, digest),
                     )
                     prev = digest
         db.close()
+
+    async def before_keys(self) -> None:
+        old = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            await old.execute(
+                "CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+            )
+            for name, sql in schema.MIGRATIONS:  # as that undoproxy migrated: SQL, then Python
+                if name == chain.KEYED_MIGRATION:
+                    break
+                await old.executescript(sql)
+                if name in schema.AFTER:
+                    await schema.AFTER[name](old)
+                await old.execute("INSERT INTO migrations VALUES (?, 0)", (name,))
+            for statement, params in _OLD_ROWS:
+                await old.execute(statement, params)
+        finally:
+            await old.close()
+        await self.rebuild_chain()
 
     def upsert_step(self, columns: Iterable[str]) -> str:
         names = list(columns)
@@ -212,8 +272,10 @@ class PgStore:
             for t, r, v in await self.rows("SELECT tbl, row_id, version FROM chain ORDER BY seq")
         ]
 
-    async def verify(self, heads: Iterable[str] = ()) -> chain.Report:
-        return await pg_verify(self.url, heads=heads)
+    async def verify(
+        self, heads: Iterable[str] = (), keys: dict[str, chain.ChainKey] | None = None
+    ) -> chain_verify.Report:
+        return await pg_verify(self.url, heads=heads, keys=keys if keys is not None else _keys())
 
     async def rebuild_chain(self) -> None:
         conn = await asyncpg.connect(self.url)
@@ -235,6 +297,28 @@ class PgStore:
                         prev = digest
         finally:
             await conn.close()
+
+    async def before_keys(self) -> None:
+        conn = await asyncpg.connect(self.url)
+        try:
+            await conn.execute(
+                "CREATE TABLE migrations (name text PRIMARY KEY, applied_at double precision "
+                "NOT NULL)"
+            )
+            for name, sql in pg_schema.MIGRATIONS:
+                if name == pg_schema.KEYED_MIGRATION:
+                    break
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO migrations VALUES ($1, 0)", name)
+
+            async def run(statement: str, params: tuple[Any, ...] = ()) -> None:
+                await conn.execute(translate(statement).sql, *params)
+
+            for statement, params in _OLD_ROWS:
+                await run(statement, params)
+        finally:
+            await conn.close()
+        await self.rebuild_chain()
 
     def upsert_step(self, columns: Iterable[str]) -> str:
         names = list(columns)

@@ -1,19 +1,22 @@
 """Retention that keeps the proof: archiving closed sessions out of the journal, on both
 stores (`[sqlite]`, `[postgres]`): what remains still verifies and still shows tampering,
-and the archive file verifies on its own and against the journal."""
+every entry archiving writes is keyed, and the archive file (its keyed entries checked with
+the chain key) verifies on its own and against the journal."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.store.backends import StoreUnderTest
+from tests.store.backends import StoreUnderTest, _keys
 from tests.store.helpers import a_step, an_approval
-from undoproxy.store import approvals, archivefile, archiving
+from undoproxy.store import approvals, archivefile, archiving, chain
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Session
 
@@ -63,6 +66,9 @@ async def test_archived_sessions_leave_and_the_rest_still_verifies(
         assert len(await journal.steps("open")) == 2
         report = await store.verify()
         assert report.problems == [] and report.steps == 3, report.problems
+        # The survivors chained again and the archives row: keyed, like every entry.
+        assert await store.rows("SELECT seq FROM chain WHERE key_id IS NULL") == []
+        assert report.keyed_from is not None and report.unkeyed == 0
         await journal.write_ahead(a_step(journal, "open"))  # the journal goes on
         await journal.set_session_state("open", "committed")
         second = await archiving.archive(
@@ -81,10 +87,10 @@ async def test_archived_sessions_leave_and_the_rest_still_verifies(
         for r in await store.rows("SELECT id, sha256, chain_seq, chain_hash FROM archives")
     }
     for name in ("one", "two"):
-        checked = archivefile.check_file(tmp_path / f"{name}.jsonl.gz")
-        assert checked.problems == [] and len(checked.members) == 1
+        checked = archivefile.check_file(tmp_path / f"{name}.jsonl.gz", keys=_keys())
+        assert checked.problems == [] and len(checked.members) == 1 and checked.keyed
         assert archivefile.against_journal(checked, recorded) == []
-    first = archivefile.check_file(tmp_path / "one.jsonl.gz").members[0]
+    first = archivefile.check_file(tmp_path / "one.jsonl.gz", keys=_keys()).members[0]
     assert (first.sessions, first.steps, first.approvals) == (2, 6, 1)
 
 
@@ -165,8 +171,106 @@ async def test_an_edited_archive_file_is_found(store: StoreUnderTest, tmp_path: 
             break
     edited = tmp_path / "edited.jsonl.gz"
     edited.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    [problem] = archivefile.check_file(edited).problems
+    [problem] = archivefile.check_file(edited, keys=_keys()).problems
     assert "its content differs from its chain entry" in problem
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(gzip.compress(("\n".join(original[:-1]) + "\n").encode()))
-    assert "no end" in archivefile.check_file(cut).problems[0]
+    assert "no end" in archivefile.check_file(cut, keys=_keys()).problems[0]
+
+
+def _resealed(values: list[dict[str, Any]]) -> bytes:
+    """An archive file of these lines, each batch's digest recomputed over them (what anyone
+    can do; the entries' HMACs need the key)."""
+    texts = []
+    digest = hashlib.sha256()
+    for value in values:
+        if "end" in value:
+            value["end"]["sha256"] = digest.hexdigest()
+            digest = hashlib.sha256()
+            texts.append(json.dumps(value, separators=(",", ":")))
+            continue
+        texts.append(json.dumps(value, separators=(",", ":")))
+        digest.update(texts[-1].encode() + b"\n")
+    return gzip.compress(("\n".join(texts) + "\n").encode())
+
+
+async def test_an_archive_file_carries_keyed_entries_that_cannot_be_forged(
+    store: StoreUnderTest, tmp_path: Path
+) -> None:
+    journal = await store.open()
+    try:
+        idle_before = await _sessions(journal)
+        to = tmp_path / "a.jsonl.gz"
+        await archiving.archive(journal, idle_before=idle_before, to=to)
+    finally:
+        await journal.close()
+    values = [json.loads(line) for line in gzip.decompress(to.read_bytes()).splitlines()]
+    assert values[0]["undoproxy_archive"] == 2
+    entries = [v["entry"] for v in values if "entry" in v]
+    assert entries and all(len(e) == 8 and e[6] in _keys() for e in entries)
+    forged = tmp_path / "forged.jsonl.gz"
+    forged.write_bytes(_resealed(values))  # as written: it checks
+    assert archivefile.check_file(forged, keys=_keys()).problems == []
+    # A step edited, its entry's row_hash made to match, the digest recomputed: the entry's
+    # HMAC no longer verifies.
+    for n, value in enumerate(values):
+        if value.get("row") == "steps":
+            value["values"]["status"] = "irreversible"
+            row = {k: archiving.decode(v) for k, v in value["values"].items()}
+            values[n - 1]["entry"][7] = chain.row_hash(chain.canonical("steps", row.items()))
+            break
+    forged.write_bytes(_resealed(values))
+    [problem] = archivefile.check_file(forged, keys=_keys()).problems
+    assert "does not verify with its key" in problem, problem
+    [unchecked] = archivefile.check_file(to).problems  # without the key it cannot be checked
+    assert "verify was not given" in unchecked
+
+
+def test_an_archive_file_from_before_keyed_chains_still_checks(tmp_path: Path) -> None:
+    """Format 1 (unkeyed entries, six fields): checked as SHA-256, and said to be unkeyed."""
+    row = {"id": "s1", "token": "t", "state": "committed", "created_at": 1.0}
+    digest = chain.entry_hash(chain.GENESIS, chain.canonical("sessions", row.items()))
+    lines = [
+        {
+            "undoproxy_archive": 1,
+            "id": "ar_1",
+            "cut_before": {"seq": 0, "hash": chain.GENESIS},
+            "cut": {"seq": 1},
+            "sessions": ["s1"],
+        },
+        {"entry": [1, "sessions", "s1", 1, chain.GENESIS, digest]},
+        {"row": "sessions", "values": row},
+    ]
+    texts = [json.dumps(v, separators=(",", ":")) for v in lines]
+    sha = hashlib.sha256("".join(t + "\n" for t in texts).encode()).hexdigest()
+    end = {"entries": 1, "cut": {"seq": 1, "hash": digest}, "sessions": 1, "steps": 0}
+    texts.append(json.dumps({"end": {**end, "approvals": 0, "sha256": sha}}))
+    old = tmp_path / "old.jsonl.gz"
+    old.write_bytes(gzip.compress(("\n".join(texts) + "\n").encode()))
+    checked = archivefile.check_file(old, keys=_keys())
+    assert checked.problems == [] and not checked.keyed and len(checked.members) == 1
+    row["state"] = "open"
+    texts[2] = json.dumps({"row": "sessions", "values": row}, separators=(",", ":"))
+    old.write_bytes(gzip.compress(("\n".join(texts) + "\n").encode()))
+    assert "differs" in archivefile.check_file(old, keys=_keys()).problems[0]
+
+
+async def test_a_chain_with_a_forged_entry_is_not_archived(
+    store: StoreUnderTest, tmp_path: Path
+) -> None:
+    """Archiving checks every entry it cuts with the chain key: an entry edited and relinked
+    (the links hold) is refused, and nothing leaves the journal."""
+    journal = await store.open()
+    try:
+        idle_before = await _sessions(journal)
+        [(seq,)] = await store.rows(
+            "SELECT min(c.seq) FROM chain c JOIN steps s ON s.id = c.row_id "
+            "WHERE s.session_id = 'old'"
+        )
+        await store.sql(f"UPDATE chain SET hash='{'f' * 64}' WHERE seq={seq}")
+        await store.sql(f"UPDATE chain SET prev_hash='{'f' * 64}' WHERE seq={seq + 1}")
+        with pytest.raises(archiving.ArchiveError, match="does not verify with its key"):
+            await archiving.archive(journal, idle_before=idle_before, to=tmp_path / "a.gz")
+        assert len(await journal.steps("old")) == 4
+    finally:
+        await journal.close()

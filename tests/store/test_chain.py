@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.backends import StoreUnderTest
+from tests.store.backends import StoreUnderTest, _keys
 from tests.store.helpers import a_step, an_approval
 from undoproxy.errors import JournalError
 from undoproxy.lifecycle import Settlement, StepStatus
-from undoproxy.store import approvals, chain, chainscan, schema
+from undoproxy.store import approvals, chain, chain_verify, chainscan, schema
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Session
 
 # A rollback's verdict as the journal takes it: a read-back is its evidence.
 VERIFIED = Settlement("compensated", "ok", StepStatus.COMPENSATED, evidence="GET answered 404")
+LAST_HASH = "SELECT hash FROM chain ORDER BY seq DESC LIMIT 1"
 
 
 def chain_of(path: Path) -> list[tuple[str, str, int]]:
@@ -131,23 +132,30 @@ async def test_an_sqlite_journal_from_before_the_chain_gets_one_at_migration(
             (f"st{seq}", seq),
         )
     old.close()
-    with pytest.raises(chain.NoChain):
+    with pytest.raises(chain_verify.NoChain):
         chainscan.verify_sqlite(path)
 
     journal = await Journal.open(path)
     try:
-        assert chain_of(path) == [("sessions", "s1", 1), ("steps", "st1", 1), ("steps", "st2", 1)]
+        # Backfilled unkeyed, as chains were then; keyed by the writer when it opened it.
+        assert chain_of(path) == [
+            ("sessions", "s1", 1),
+            ("steps", "st1", 1),
+            ("steps", "st2", 1),
+            ("chain", "keyed", 1),
+        ]
         step = await journal.step("st2")
         assert step is not None
         await journal.settle(step, VERIFIED)  # after the upgrade: chained
     finally:
         await journal.close()
-    report = chainscan.verify_sqlite(path)
-    assert (report.problems, report.steps, report.entries) == ([], 2, 4)
+    report = chainscan.verify_sqlite(path, keys=_keys())
+    assert (report.problems, report.steps, report.entries) == ([], 2, 5)
+    assert (report.keyed_from, report.unkeyed) == (4, 3)
 
     with sqlite3.connect(path) as db:
         db.execute("UPDATE steps SET url='https://b.test/x' WHERE id='st1'")
-    [problem] = chainscan.verify_sqlite(path).problems
+    [problem] = chainscan.verify_sqlite(path, keys=_keys()).problems
     assert (problem.table, problem.row_id, problem.where) == ("steps", "st1", "session s1, #1")
 
 
@@ -189,7 +197,7 @@ async def test_a_dropped_chain_is_not_mistaken_for_an_old_journal(store: StoreUn
     journal = await store.open()
     await journal.close()
     await store.sql("DROP TABLE chain")
-    with pytest.raises(chain.NoChain, match="dropped"):
+    with pytest.raises(chain_verify.NoChain, match="dropped"):
         await store.verify()
 
 
@@ -210,7 +218,7 @@ async def test_a_row_replaced_through_the_writer_gets_its_next_version(
     assert (await store.verify()).problems == []
 
 
-async def test_a_recomputed_chain_passes_unless_a_recorded_head_is_checked(
+async def test_a_chain_rebuilt_without_the_key_fails_and_so_does_a_recorded_head(
     store: StoreUnderTest,
 ) -> None:
     journal = await store.open()
@@ -223,10 +231,12 @@ async def test_a_recomputed_chain_passes_unless_a_recorded_head_is_checked(
     recorded = (await store.verify()).head
     assert (await store.verify(heads=[recorded])).problems == []
 
-    # Someone who knows the scheme edits a step and rebuilds the whole chain.
+    # Someone who knows the scheme, not the key, edits a step and rebuilds the whole chain.
     await store.sql("UPDATE steps SET url='https://elsewhere.test/' WHERE seq=2")
     await store.rebuild_chain()
-    assert (await store.verify()).problems == []  # the chain has no secret: see the docs
-    [problem] = (await store.verify(heads=[recorded])).problems
-    assert (problem.table, problem.row_id) == ("chain", recorded)
-    assert "no longer in the chain" in str(problem)
+    [lost] = (await store.verify()).problems
+    assert (lost.table, lost.row_id) == ("chain", (await store.rows(LAST_HASH))[0][0])
+    assert "no chain entry is keyed, though undoproxy keyed this journal" in str(lost)
+    problems = (await store.verify(heads=[recorded])).problems
+    assert (problems[0].table, problems[0].row_id) == ("chain", recorded)
+    assert "no longer in the chain" in str(problems[0])

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from undoproxy.credentials import CredentialBox
 from undoproxy.store import lock, sqlite_child
+from undoproxy.store.chain import ChainKey
 from undoproxy.store.journal import Journal
 from undoproxy.store.lock import JournalInUse, JournalLock
 from undoproxy.store.records import Session, Step
@@ -77,7 +79,8 @@ async def test_every_commit_someone_waits_for_is_fsyncd(tmp_path: Path) -> None:
     finally:
         await journal.close()
     # The connection the writer process commits through, opened as it opens it.
-    batches = sqlite_child.open_batches(tmp_path / "journal.db", 2000)
+    key = ChainKey.of(CredentialBox.for_this_process())
+    batches = sqlite_child.open_batches(tmp_path / "journal.db", 2000, key)
     conn = batches.conn
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.store.backends import PgStore, SqliteStore, StoreUnderTest
+from tests.store.backends import PgStore, SqliteStore, StoreUnderTest, _keys
 from tests.store.helpers import a_step
+from tests.store.test_keyed_chain import COLUMNS, _append, _sha256_entry
 from undoproxy.store import chainscan
 from undoproxy.store.chainscan import Report
 from undoproxy.store.postgres.verify import verify as pg_verify
@@ -14,6 +15,7 @@ from undoproxy.store.records import Session
 
 
 async def _verify(store: StoreUnderTest, **options: object) -> Report:
+    options.setdefault("keys", _keys())
     if isinstance(store, SqliteStore):
         return chainscan.verify_sqlite(store.path, **options)  # type: ignore[arg-type]
     assert isinstance(store, PgStore)
@@ -69,3 +71,28 @@ def test_progress_is_said_every_so_often() -> None:
     assert said == [("chain links", 1024, 3000), ("chain links", 2048, 3000)]
     quiet = chainscan.Ticker(None, every=0)
     quiet.tick("chain links", 1024, 3000)  # no progress asked for: nothing said
+
+
+@pytest.mark.parametrize("how", ["unkeyed", "forged keyed"])
+async def test_verify_since_a_keyed_head_checks_the_keys_after_it(
+    store: StoreUnderTest, how: str
+) -> None:
+    """What came after a keyed head must be keyed, and verify with its key: an entry
+    appended for an edited step without the key is found incrementally too."""
+    journal = await store.open()
+    try:
+        journal.add_session(Session(id="s1"))
+        step = a_step(journal, "s1")
+        await journal.write_ahead(step)
+        head = (await _verify(store)).head
+        await journal.write_ahead(a_step(journal, "s1"))
+    finally:
+        await journal.close()
+    assert (await _verify(store, since=head)).problems == []
+    await store.sql(f"UPDATE steps SET url='https://attacker.test/' WHERE id='{step.id}'")
+    last = (await store.rows(f"SELECT {COLUMNS} FROM chain ORDER BY seq DESC LIMIT 1"))[0]
+    forged = _sha256_entry(last[5], (None, "steps", step.id, 9, None, None, *last[6:]))
+    await _append(store, forged if how == "forged keyed" else (*forged[:6], None, None))
+    problems = (await _verify(store, since=head)).problems
+    expected = "has no key, after keyed entries began" if how == "unkeyed" else "with its key"
+    assert any(expected in p.what for p in problems), problems

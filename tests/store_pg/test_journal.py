@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.store.backends import _keys
 from tests.store.helpers import a_step
 from tests.support.postgres import Cluster
 from undoproxy.errors import UndoproxyError
@@ -54,10 +55,10 @@ async def test_verify_names_a_change_made_with_psql(
         await journal.writer.flush()
     finally:
         await journal.close()
-    assert (await verify(pg_url)).problems == []
+    assert (await verify(pg_url, keys=_keys())).problems == []
 
     pg_cluster.psql(sql, database_of(pg_url))
-    problems = (await verify(pg_url)).problems
+    problems = (await verify(pg_url, keys=_keys())).problems
     if table is None:
         assert problems == []
         return
@@ -89,7 +90,7 @@ async def test_replicas_number_one_sessions_steps_in_order_and_share_one_chain(
         assert sorted(s.seq for s in more) == [11, 12, 13, 14]
     finally:
         await asyncio.gather(a.close(), b.close())
-    assert (await verify(pg_url)).problems == []
+    assert (await verify(pg_url, keys=_keys())).problems == []
 
 
 async def test_replicas_starting_at_once_migrate_once(pg_url: str, pg_cluster: Cluster) -> None:

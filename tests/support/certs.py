@@ -1,4 +1,4 @@
-"""A self-signed certificate for the local TLS upstreams (127.0.0.1 and localhost)."""
+"""A self-signed certificate for the local TLS upstreams (127.0.0.1, 127.0.0.2, localhost)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cryptography.x509.oid import NameOID
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
-    """Write cert.pem and key.pem for 127.0.0.1/localhost; return their paths."""
+    """Write cert.pem and key.pem for 127.0.0.1, 127.0.0.2 and localhost; return their paths."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "undoproxy-test-upstream")])
     now = datetime.datetime.now(datetime.UTC)
@@ -28,7 +28,12 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
         .not_valid_after(now + datetime.timedelta(days=30))
         .add_extension(
             x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                [
+                    x509.DNSName("localhost"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    # loopback outside the NO_PROXY `undoproxy env` prints (tests/broker)
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.2")),
+                ]
             ),
             critical=False,
         )

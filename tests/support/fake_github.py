@@ -50,6 +50,7 @@ class GitHubState:
     log: list[tuple[str, str]] = field(default_factory=list)
     ignore_patches: bool = False  # answer PATCHes 200 without applying them (a faulty replica)
     omit: set[str] = field(default_factory=set)  # fields left out of a created issue's answer
+    token: str = TOKEN  # the only token it accepts (`token X` or `Bearer X`)
 
     def repo(self, owner: str, name: str) -> Repo:
         """The repository, created empty when missing."""
@@ -106,7 +107,8 @@ async def _body(request: web.Request) -> Any:
 async def _auth(request: web.Request, handler: Any) -> web.StreamResponse:
     state = request.app[STATE]
     state.log.append((request.method, request.path))
-    if request.headers.get("Authorization", "") not in (f"token {TOKEN}", f"Bearer {TOKEN}"):
+    token = state.token
+    if request.headers.get("Authorization", "") not in (f"token {token}", f"Bearer {token}"):
         return web.json_response({"message": "Requires authentication"}, status=401)
     return await handler(request)
 

@@ -1,6 +1,7 @@
 """A fake of the protocol APIs the graphql, mcp, search and email packs recognise.
 
-- `POST /graphql`: answers `{"data": {...}}` naming the operation it ran.
+- `POST /graphql` (and `GET`, the operation in `?query=`): answers `{"data": {...}}` naming
+  the operation it ran.
 - `POST /mcp`: JSON-RPC 2.0 (`initialize`, `tools/list`, `tools/call`, ...): `result` echoes
   the method; a notification (no `id`) is answered 202 with no body, as MCP's Streamable HTTP
   transport does.
@@ -145,6 +146,7 @@ def create_app() -> web.Application:
     app[HANG_UP] = []
     app[IDEMPOTENCY] = {}
     app.router.add_post("/graphql", graphql)
+    app.router.add_get("/graphql", graphql)
     app.router.add_post("/api/graphql", graphql)
     app.router.add_post("/mcp", mcp)
     app.router.add_post("/v3/mail/send", sendgrid)

@@ -47,8 +47,9 @@ class MotoS3:
     """moto's server on https://127.0.0.1:PORT; `start()` creates the agent's access key and
     turns signature checking on. One instance serves one test module."""
 
-    def __init__(self, cert: tuple[Path, Path]) -> None:
+    def __init__(self, cert: tuple[Path, Path], host: str = "127.0.0.1") -> None:
         self.cert = cert
+        self.address = host  # 127.0.0.2: loopback, yet not in the NO_PROXY `env` prints
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.access_key_id = ""
@@ -60,7 +61,7 @@ class MotoS3:
     def start(self) -> MotoS3:
         app = DomainDispatcherApplication(create_backend_app)
         self._server = make_server(
-            "127.0.0.1",
+            self.address,
             0,
             app,
             threaded=True,
@@ -86,13 +87,13 @@ class MotoS3:
     @property
     def base_url(self) -> str:
         assert self._server is not None
-        return f"https://127.0.0.1:{self._server.server_port}"
+        return f"https://{self.address}:{self._server.server_port}"
 
     @property
     def host(self) -> str:
         """127.0.0.1:PORT, as a `signing:` entry or a pack's `hosts:` names it."""
         assert self._server is not None
-        return f"127.0.0.1:{self._server.server_port}"
+        return f"{self.address}:{self._server.server_port}"
 
     def _client(self, service: str, key_id: str, secret: str, **config: Any) -> Any:
         return boto3.client(

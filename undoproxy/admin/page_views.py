@@ -76,12 +76,23 @@ def _diff(item: dict[str, Any]) -> Markup:
         for op, text in diff["lines"]
     ]
     if not lines:
-        lines = [el("span", "no change: the target already looks like this", class_="d-same")]
+        nothing = (
+            "nothing there now: the target does not exist"
+            if diff.get("deletes")
+            else "no change: the target already looks like this"
+        )
+        lines = [el("span", nothing, class_="d-same")]
+    wants = (
+        " → deleted: every line below goes"
+        if diff.get("deletes")
+        else " → what the agent wants to write"
+    )
     head = join(
         [
             "Current target ",
             el("code", diff["url"]),
-            f" (HTTP {diff['status']}) → what the agent wants to write",
+            f" (HTTP {diff['status']})",
+            wants,
             " (JSON merge patch applied)" if diff.get("merge_patch") else "",
             " · truncated" if diff.get("truncated") else "",
         ]

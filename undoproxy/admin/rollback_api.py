@@ -103,8 +103,12 @@ async def rollback_session(request: web.Request) -> web.StreamResponse:
         raise ApiError(409, "conflict", str(exc)) from None
     if not streaming:
         return web.json_response(report.to_json())
-    if not response.prepared:
-        await response.prepare(request)
-    await response.write((json.dumps({"done": report.to_json()}) + "\n").encode())
-    await response.write_eof()
+    if listening:
+        try:
+            if not response.prepared:
+                await response.prepare(request)
+            await response.write((json.dumps({"done": report.to_json()}) + "\n").encode())
+            await response.write_eof()
+        except (ConnectionError, RuntimeError) as exc:  # gone before the last line: no error
+            log.info("rollback of %s: the client went away (%s) before its report", session_id, exc)
     return response

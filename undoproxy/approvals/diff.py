@@ -1,4 +1,5 @@
 """The diff a person sees for a held update: the target as it is now, and as the agent wants it.
+For a held DELETE, the target as it is now, every line of it going: what would be deleted.
 
 PUT replaces the target with its body. PATCH with a JSON object body is applied as a JSON Merge
 Patch (RFC 7396: `null` deletes a field), the usual meaning of a JSON PATCH body; anything else
@@ -14,6 +15,7 @@ from typing import Any
 from undoproxy import redact
 
 UPDATE_METHODS = frozenset({"PUT", "PATCH"})
+PREVIEW_METHODS = UPDATE_METHODS | {"DELETE"}  # held requests shown with the target as it is
 MAX_LINES = 400
 
 
@@ -42,13 +44,16 @@ def update_diff(method: str, current: dict[str, Any] | None, wanted: Any) -> dic
     `current` is `{"url", "status", "body"}` (the body parsed JSON or text) as read just now;
     `wanted` is the request's parsed JSON body (or its text).
     """
-    if method.upper() not in UPDATE_METHODS or current is None:
+    if method.upper() not in PREVIEW_METHODS or current is None:
         return None
     before_value = current.get("body")
     if current.get("status") in (404, 410):
         before_value = None
+    deletes = method.upper() == "DELETE"
     after_value = (
-        merge_patch(before_value, wanted)
+        None
+        if deletes
+        else merge_patch(before_value, wanted)
         if method.upper() == "PATCH" and isinstance(wanted, dict)
         else wanted
     )
@@ -67,6 +72,7 @@ def update_diff(method: str, current: dict[str, Any] | None, wanted: Any) -> dic
         "url": redact.url(str(current.get("url") or "")),
         "status": current.get("status"),
         "merge_patch": method.upper() == "PATCH" and isinstance(wanted, dict),
+        "deletes": deletes,  # the lines are what a DELETE would remove
         "changed": sum(1 for op, _ in lines if op in "+-"),
         "lines": lines[:MAX_LINES],
         "truncated": truncated,

@@ -1,5 +1,13 @@
 """Webhooks for `approvals.notify`: Slack-compatible JSON (`{"text": ...}`) when a request is held.
 
+The text is Slack mrkdwn, in which `&`, `<` and `>` are control characters: `<!channel>`
+notifies everyone, `<http://evil|click here>` is a link whose text hides where it goes,
+`<@U123>` a mention. Slack's "Escaping text" (api.slack.com, formatting reference) says to
+write them as `&amp;`, `&lt;` and `&gt;` and nothing else; `slack_text` does that to every
+piece of outside text put in a message (session ids, URLs, rule names, reasons), so it shows
+as written. `slack_code` also keeps a value inside its code span (`` `...` ``), which Slack
+has no escape for: a backtick in the value becomes `'`.
+
 Delivery runs in background tasks: retried with backoff on connection errors, 429 and 5xx, at
 most MAX_PENDING deliveries at a time (more are dropped and logged). A failing webhook never
 delays, forwards or denies anything; it only logs.
@@ -21,6 +29,19 @@ log = logging.getLogger(__name__)
 WEBHOOK_RETRY = RetryPolicy(attempts=4, base=0.5, cap=4.0, max_retry_after=10.0)
 TIMEOUT = 5.0
 MAX_PENDING = 100
+
+
+_SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def slack_text(value: object) -> str:
+    """`value` as literal text in a Slack message: `&`, `<`, `>` escaped as Slack says."""
+    return str(value).translate(_SLACK_ESCAPES)
+
+
+def slack_code(value: object) -> str:
+    """`value` as a Slack code span, `` `value` ``, that it cannot close or turn into markup."""
+    return "`" + slack_text(value).replace("`", "'") + "`"
 
 
 class Webhooks:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from undoproxy.approvals.notify import slack_code, slack_text
 from undoproxy.store.approvals import Approval
 from undoproxy.store.journal import Journal
 
@@ -52,22 +53,23 @@ def approval_link(admin_url: str, approval_id: str) -> str:
 
 
 def notify_text(approval: Approval, admin_url: str) -> str:
-    """The webhook message (Slack mrkdwn) for a newly held request."""
+    """The webhook message (Slack mrkdwn) for a newly held request; every value in it is
+    escaped (approvals/notify.py), so an agent's session id or URL cannot become markup."""
     rule = approval.rule or "defaults.mutations"
-    risk = f", risk {approval.risk}" if approval.risk else ""
+    risk = f", risk {slack_text(approval.risk)}" if approval.risk else ""
     lines = [
-        f"undoproxy is holding a request for approval (session `{approval.session_id}`, "
-        f"rule `{rule}`{risk})",
-        f"`{approval.method} {approval.url}`",
+        f"undoproxy is holding a request for approval (session {slack_code(approval.session_id)}, "
+        f"rule {slack_code(rule)}{risk})",
+        slack_code(f"{approval.method} {approval.url}"),
     ]
     if approval.context.get("hold_reason"):
-        lines.append(f"held because: {approval.context['hold_reason']}")
+        lines.append(f"held because: {slack_text(approval.context['hold_reason'])}")
     for override in approval.context.get("method_overrides", []):
         shown = re.sub(r"[^A-Za-z0-9_.-]", "?", override["method"])  # no mrkdwn in it
-        lines.append(f"*method override*: {override['where']} = `{shown}`")
-    labels = [b["label"] for b in approval.context.get("badges", [])]
+        lines.append(f"*method override*: {slack_text(override['where'])} = `{shown}`")
+    labels = [slack_text(b["label"]) for b in approval.context.get("badges", [])]
     if labels:
         lines.append("badges: " + ", ".join(labels))
     if admin_url:
-        lines.append(f"Approve or deny: {approval_link(admin_url, approval.id)}")
+        lines.append(f"Approve or deny: {slack_text(approval_link(admin_url, approval.id))}")
     return "\n".join(lines)

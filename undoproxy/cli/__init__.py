@@ -8,6 +8,7 @@ token `undoproxy run` generated in ~/.undoproxy).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from undoproxy import __version__
 from undoproxy.cli import agents, approvals, control, rules, server, sessions
 from undoproxy.cli.options import add_admin, add_config
+from undoproxy.cli.output import err, shown
 from undoproxy.errors import ConfigError, UndoproxyError
 from undoproxy.store.approvals import APPROVAL_STATES
 
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--all", action="store_true", help="print every step")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--wide", action="store_true", help="print each step's reason in full")
     p = command("rollback", control.cmd_rollback, admin=True)
     p.add_argument("session", metavar="SESSION")
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
@@ -149,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable)",
     )
     p.add_argument(
+        "--key-file",
+        action="append",
+        metavar="FILE",
+        help="an earlier credentials key (a Fernet key file), for entries written before the "
+        "key was changed (repeatable; the current one is found as undoproxy run finds it)",
+    )
+    p.add_argument(
         "--since",
         metavar="HEAD",
         help="check only what came after this head (an earlier verify printed it); "
@@ -195,17 +205,24 @@ def positive(value: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `undoproxy` console script."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except ConfigError as exc:
-        print(f"undoproxy: configuration error:\n{exc}", file=sys.stderr)
+        err(f"undoproxy: configuration error:\n{exc}")
         return 2
     except UndoproxyError as exc:
-        print(f"undoproxy: {exc}", file=sys.stderr)
-        return 1
+        # The admin API's message may quote outside text (a session id, a URL): one line.
+        err(f"undoproxy: {shown(exc)}")
+        return int(getattr(exc, "exit_status", 1))
     except KeyboardInterrupt:
+        print("undoproxy: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`undoproxy show X | head -1`): like any Unix filter, stop
+        # quietly. What is still buffered for stdout goes nowhere, not into a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a filter a pipe stopped
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ def _agent_setup(args: argparse.Namespace) -> Any:
     proxy_url, session_port = info["proxy_url"], None
     if args.session:
         created = admin.call("POST", "/api/sessions", {"id": args.session})
+        warning = closed_warning(created, bool(info.get("frozen_all")))
+        if warning:
+            err(warning)
         proxy_url = created["proxy_url"]
         own = admin.call("POST", f"/api/sessions/{quote(args.session, safe='')}/listener")
         session_port = (own["host"], int(own["port"]))
@@ -36,6 +40,10 @@ def _agent_setup(args: argparse.Namespace) -> Any:
     admin_host = urlsplit(admin.base_url).hostname or "127.0.0.1"
     hosts = ["127.0.0.1", "localhost"] + ([] if ":" in admin_host else [admin_host])
     no_proxy = tuple(dict.fromkeys(hosts))
+    # The placeholders of the secrets the session may use (never a real value: the API has
+    # none to give).
+    query = f"?session={quote(args.session, safe='')}" if args.session else ""
+    placeholders = admin.call("GET", f"/api/secrets/placeholders{query}")["variables"]
     return Setup(
         proxy_url=proxy_url,
         ca_cert=Path(info["ca_cert"]),
@@ -43,7 +51,39 @@ def _agent_setup(args: argparse.Namespace) -> Any:
         no_proxy=no_proxy,
         session=args.session,
         session_port=session_port,
+        placeholders=tuple(placeholders.items()),
     )
+
+
+def closed_warning(session: dict[str, Any], frozen_all: bool) -> str | None:
+    """What `env` tells on stderr when the session it hands out takes no mutations, or None.
+
+    Still printing the environment keeps an agent that is already started this way on
+    undoproxy (refused, not unjournaled); the warning says why its writes will fail and what
+    to do instead."""
+    name = session["id"]
+    if session["state"] != "open":
+        return (
+            f"undoproxy: warning: session {name} is {session['state']}: its mutations will be "
+            f"refused (409 undoproxy_session_closed), its reads still pass. Start the agent in "
+            f"a new session instead: --session {_next_name(name)}"
+        )
+    if session.get("frozen") or frozen_all:
+        which = "every session is frozen" if frozen_all else f"session {name} is frozen"
+        fix = "undoproxy unfreeze --all" if frozen_all else f"undoproxy unfreeze {name}"
+        return (
+            f"undoproxy: warning: {which}: its mutations will be refused "
+            f"(403 undoproxy_frozen), its reads still pass, until `{fix}`"
+        )
+    return None
+
+
+def _next_name(name: str) -> str:
+    """`demo` -> `demo-2`, `demo-2` -> `demo-3`: a suggestion for a fresh session id."""
+    stem, _, number = name.rpartition("-")
+    if stem and number.isdigit():
+        return f"{stem}-{int(number) + 1}"
+    return f"{name}-2"
 
 
 def agent_env(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -66,9 +106,13 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Name every client (or CMD) that goes around undoproxy or distrusts its CA, with the fix."""
-    from undoproxy.doctor import PROBES, Doctor, report
-    from undoproxy.runtimes.env import variables
+    from undoproxy.doctor import PROBES, CommandNotFound, Doctor, report
+    from undoproxy.doctor.placeholders import real_secrets_in
+    from undoproxy.runtimes.env import agent_process_env, variables
 
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if command and shutil.which(command[0]) is None:  # before anything is started or printed
+        raise CommandNotFound(f"command not found: {command[0]}", 127)
     args.session = args.session or "doctor"
     setup = _agent_setup(args)
     admin = client(args)
@@ -77,26 +121,29 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if setup.session_port is not None:
         ports.add(setup.session_port[1])
     doctor = Doctor(
-        {**os.environ, **dict(variables(setup))},
+        agent_process_env(os.environ, variables(setup)),
         lambda: admin.call("GET", path)["steps"],
         ports,
+        tls_failures=lambda: admin.call("GET", path + "/tls-failures")["failures"],
         **({"host": args.canary_host} if args.canary_host else {}),
     )
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     out(
         f"undoproxy doctor: session {args.session}, canary on {doctor.host} "
         f"(a private CA nothing trusts)"
     )
     status = 0
+    # First: no real secret of `secrets:` in the agent's environment (only placeholders).
+    findings = real_secrets_in(doctor.env, lambda body: admin.call("POST", _CHECK, body))
     try:
         if command:
-            findings, status = doctor.command(command)
+            ran, status = doctor.command(command)
+            findings += ran
         else:
-            findings = [doctor.probe(probe) for probe in PROBES]
+            findings += [doctor.probe(probe) for probe in PROBES]
     finally:
         doctor.close()
     out(report(findings))
-    problems = [f for f in findings if f.verdict in ("BYPASS", "TRUST", "FAILED")]
+    problems = [f for f in findings if f.verdict in ("BYPASS", "TRUST", "FAILED", "SECRET")]
     if problems:
         out(f"{len(problems)} problem(s); see docs/clients.md for every runtime")
         return 1
@@ -104,11 +151,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return status
 
 
+_CHECK = "/api/secrets/check"
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     """Run CMD in a session with `undoproxy env`'s environment, then print what it did; exit
     with CMD's status (--rollback-on-failure: a failed CMD's session is rolled back first)."""
     from undoproxy import child
-    from undoproxy.client import TOKEN_ENV
+    from undoproxy.runtimes.env import agent_process_env
 
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
@@ -120,9 +170,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
             f"session {session['id']} is {session['state']}: it takes no more requests"
         )
     args.session = session["id"]
-    # The agent never gets the admin token: it could approve its own held requests.
-    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    env.update(agent_env(args))
+    # The agent never gets the admin token (it could approve its own held requests) nor the
+    # credentials key: the same rule as doctor's.
+    env = agent_process_env(os.environ, agent_env(args))
     # undoproxy's own lines go to stderr: CMD's stdout stays CMD's, for pipes.
     err(f"undoproxy exec: session {args.session}: {' '.join(command)}")
     status = child.run(command, env)

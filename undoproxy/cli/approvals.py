@@ -8,7 +8,7 @@ import time
 from urllib.parse import quote
 
 from undoproxy.cli.options import client, whoami
-from undoproxy.cli.output import out, table
+from undoproxy.cli.output import out, shown, table
 
 
 def _left(expires_at: float) -> str:
@@ -52,8 +52,11 @@ def _decide(args: argparse.Namespace, verdict: str) -> int:
         body["reason"] = args.reason
     path = f"/api/approvals/{quote(args.id, safe='')}/{verdict}"
     a = client(args).call("POST", path, body)
-    reason = f" ({a['reason']})" if a.get("reason") else ""
-    out(f"{a['id']} {a['state']} by {a['decided_by']}{reason}: {a['method']} {a['url']}")
+    reason = f" ({shown(a['reason'])})" if a.get("reason") else ""
+    out(
+        f"{a['id']} {a['state']} by {shown(a['decided_by'])}{reason}: "
+        f"{shown(a['method'])} {shown(a['url'])}"
+    )
     return 0
 
 

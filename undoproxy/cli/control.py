@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 from urllib.parse import quote
 
 from undoproxy.cli.options import client, whoami
-from undoproxy.cli.output import count, out
+from undoproxy.cli.output import count, err, out, shown
 from undoproxy.errors import UndoproxyError
 
 _MARK = {
@@ -30,24 +29,24 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     path = f"/api/sessions/{quote(args.session, safe='')}/rollback"
     body = {"force": args.force, "dry_run": args.dry_run}
     what = "Plan for rolling back" if args.dry_run else "Rolling back"
-    out(f"{what} session {args.session}, newest step first:")
+    out(f"{what} session {shown(args.session)}, newest step first:")
     report: dict[str, Any] | None = None
     try:
         for message in client(args).stream("POST", path, body):
             if "step" in message:
                 s = message["step"]
                 comp = s.get("compensation")
-                via = f"  via {comp['method']} {comp['url']}" if comp else ""
-                out(f"  [{_MARK.get(s['status'], '  ')}] #{s['seq']} {s['method']} {s['url']}")
-                out(f"       {s['status']}: {s['detail']}{via}")
+                via = f"  via {shown(comp['method'])} {shown(comp['url'])}" if comp else ""
+                mark = _MARK.get(s["status"], "  ")
+                out(f"  [{mark}] #{s['seq']} {shown(s['method'])} {shown(s['url'])}")
+                out(f"       {shown(s['status'])}: {shown(s['detail'])}{via}")
             elif "done" in message:
                 report = message["done"]
     except KeyboardInterrupt:
         # Only the watching stops: undoproxy finishes the rollback on its own.
-        print(
-            f"stopped watching; the rollback of {args.session} goes on in undoproxy: "
-            f"see `undoproxy show {args.session}`",
-            file=sys.stderr,
+        err(
+            f"stopped watching; the rollback of {shown(args.session)} goes on in undoproxy: "
+            f"see `undoproxy show {shown(args.session)}`"
         )
         return 130
     if report is None:
@@ -117,8 +116,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     answer = client(args).call("POST", path, body)
     step, session = answer["step"], answer["session"]
     out(
-        f"step {step['id']} (#{step['seq']} {step['method']} {step['url']}) resolved by "
-        f"{step['resolved']['by']}: {step['resolved']['reason']}"
+        f"step {step['id']} (#{step['seq']} {shown(step['method'])} {shown(step['url'])}) "
+        f"resolved by {shown(step['resolved']['by'])}: {shown(step['resolved']['reason'])}"
     )
     out(f"session {session['id']} is {session['state']}")
     return 0

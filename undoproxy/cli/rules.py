@@ -7,13 +7,16 @@ from pathlib import Path
 
 from undoproxy.cli.options import config_path
 from undoproxy.cli.output import out
-from undoproxy.config import load_config
 from undoproxy.errors import UndoproxyError
+
+# undoproxy.config (rules, packs) is imported inside the commands that read a config: it was
+# most of the start-up time of every other command (0.7 of 0.8 s).
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
     """Validate a config and its rule packs; every mistake is listed with file:line."""
     path = config_path(args)
+    from undoproxy.config import load_config
     from undoproxy.packs import PACKS_DIR
 
     config = load_config(path)
@@ -30,6 +33,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 def cmd_rules_explain(args: argparse.Namespace) -> int:
     """Show which rule a request would match, its captures, and why earlier rules did not."""
     from undoproxy.compensators.plan import plan_for
+    from undoproxy.config import load_config
     from undoproxy.credentials import signature_scheme
     from undoproxy.rules import RequestView, format_explanation
 

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from undoproxy.cli.options import client
-from undoproxy.cli.output import out, table, when
+from undoproxy.cli.output import TerminalLines, out, shown, table, when
 
 SHOWN = 100  # steps `show` prints unless asked for more (--limit, --all)
 
@@ -67,15 +67,55 @@ def timeline(args: argparse.Namespace) -> dict[str, Any]:
     return session
 
 
+WHY_WIDTH = 80  # characters of a step's reason `show` prints; --wide prints all of it
+
+
+def why(step: dict[str, Any]) -> str:
+    """Why a step did not simply succeed (or cannot be undone), from what the journal says:
+    the step's own error, its compensation's detail once that did not end well, or why no
+    compensation exists."""
+    comp = step.get("compensation") or {}
+    if step.get("error"):
+        return str(step["error"])
+    if comp.get("status") not in (None, "compensated", "skipped") and comp.get("detail"):
+        return str(comp["detail"])
+    if comp.get("reason"):
+        return f"no undo: {comp['reason']}"
+    if step["status"] == "failed" and step.get("response_status"):
+        return f"the upstream answered {step['response_status']}"
+    return ""
+
+
+def _step_row(step: dict[str, Any], wide: bool) -> list[str]:
+    reason = " ".join(why(step).split())
+    if not wide and len(reason) > WHY_WIDTH:
+        reason = reason[: WHY_WIDTH - 1] + "…"
+    return [
+        str(step["seq"]),
+        step["id"],
+        time.strftime("%H:%M:%S", time.localtime(step["created_at"])),
+        step.get("kind") or ("mutation" if step.get("mutation") else "read"),
+        step["method"],
+        step["url"],
+        step["rule"] or "-",
+        step["status"],
+        str(step["response_status"] or "-"),
+        _compensation_text(step),
+        reason,
+    ]
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    """Show a session's timeline: its newest steps (--limit N, --all for every one), each
-    with its rule, status and compensation."""
+    """Show a session's timeline: its newest steps (--limit N, --all for every one), each with
+    its id, kind, rule, status, compensation and, where it failed or cannot be undone, why
+    (--wide: the reasons in full)."""
     session = timeline(args)
     if args.json:
         out(json.dumps(session, indent=2))
         return 0
     out(
-        f"session {session['id']}  state: {session['state']}  steps: {session['total']}  "
+        f"session {shown(session['id'])}  state: {session['state']}  "
+        f"steps: {session['total']}  "
         f"mutations: {session['mutations']}"
         + ("  FROZEN: mutations refused (undoproxy unfreeze)" if session.get("frozen") else "")
     )
@@ -85,36 +125,28 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"(--limit N or --all for more, `undoproxy export` for every one)"
         )
     if session.get("intent"):
-        out(f"intent: {session['intent']}")
+        out(f"intent: {shown(session['intent'])}")
     if not session["steps"]:
         out("no requests yet")
         return 0
-    rows = []
-    for s in session["steps"]:
-        rows.append(
-            [
-                str(s["seq"]),
-                time.strftime("%H:%M:%S", time.localtime(s["created_at"])),
-                s["method"],
-                s["url"],
-                s["rule"] or "-",
-                s["status"],
-                str(s["response_status"] or "-"),
-                _compensation_text(s),
-            ]
-        )
-    out(table(rows, ["#", "TIME", "METHOD", "URL", "RULE", "STATUS", "HTTP", "COMPENSATION"]))
+    rows = [_step_row(s, args.wide) for s in session["steps"]]
+    header = ["#", "STEP", "TIME", "KIND", "METHOD", "URL", "RULE", "STATUS", "HTTP"]
+    header += ["COMPENSATION", "WHY"]
+    out(table(rows, header))
     intents = [(s["seq"], s["intent"]) for s in session["steps"] if s.get("intent")]
     if intents:
         out("intents:")
         for seq, intent in intents:
-            out(f"  #{seq}: {intent}")
+            out(f"  #{seq}: {shown(intent)}")
     resolved = [s for s in session["steps"] if s.get("resolved")]
     if resolved:
         out("resolved by hand:")
         for s in resolved:
             r = s["resolved"]
-            out(f"  #{s['seq']} {s['id']}: by {r['by']} at {when(r['at'])}: {r['reason']}")
+            out(
+                f"  #{s['seq']} {s['id']}: by {shown(r['by'])} at {when(r['at'])}: "
+                f"{shown(r['reason'])}"
+            )
     return 0
 
 
@@ -123,6 +155,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     written as it arrives (a session of any size)."""
     sys.stdout.flush()
     path = f"/api/sessions/{quote(args.session, safe='')}/export?format={args.format}"
+    if sys.stdout.isatty():
+        # On a terminal, the same safe lines as every other command; into a file or a pipe,
+        # the export exactly as undoproxy wrote it.
+        with TerminalLines() as lines:
+            client(args).download(path, lines)
+        return 0
     last = client(args).download(path, sys.stdout.buffer)
     if last not in (b"", b"\n"):
         sys.stdout.buffer.write(b"\n")

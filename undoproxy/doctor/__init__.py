@@ -6,21 +6,26 @@ which NO_PROXY does not name), one port per probe, with a certificate from a pri
 nothing trusts. Each probe (or the given command, with `{canary}` in its arguments or
 $UNDOPROXY_CANARY_URL) calls its canary URL. Then:
 
-    a step with that URL is in undoproxy's journal    went through undoproxy        ok
-    the canary saw a connection, the journal did not   went around undoproxy         BYPASS
-    neither, and the client reported a TLS failure     does not trust undoproxy's CA TRUST
-    neither, otherwise                                 failed (its last words shown) FAILED
+    a step with that URL is in undoproxy's journal     went through undoproxy        ok
+    the canary saw a connection, the journal did not    went around undoproxy         BYPASS
+    neither; undoproxy got a TLS alert from the client  does not trust undoproxy's CA TRUST
+      in the session's tunnel to the canary (unknown ca, bad certificate)
+    neither, otherwise                                  failed (its last words shown) FAILED
+
+Every verdict comes from that evidence (a journal step, a connection, a TLS alert), never
+from what the client printed: its output may quote anything, undoproxy's own error pages
+included. Each problem is named once.
 
 A client that goes around undoproxy meets the untrusted canary certificate and fails: nothing
 is ever sent to the canary but a TLS handshake. For a command (`doctor -- CMD`), the
 connections its processes open are also watched (Linux /proc): any that goes to another
-address than undoproxy's is named, whatever host it was for.
+address than undoproxy's is named, whatever host it was for, and so is every host whose
+certificate from undoproxy it refused.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 import secrets
 import shutil
 import subprocess
@@ -40,14 +45,17 @@ from undoproxy.doctor.probes import (
     BYPASS_FIXES,
     CANARY_ENV,
     GENERIC_BYPASS_FIX,
+    GENERIC_TRUST_FIX,
     PROBES,
-    TRUST_FAILURES,
+    TRUST_FIXES,
     Probe,
     runtime_of,
 )
+from undoproxy.errors import UndoproxyError
 
-__all__ = ["CANARY_ENV", "PROBES", "Doctor", "Finding", "report"]
+__all__ = ["CANARY_ENV", "PROBES", "CommandNotFound", "Doctor", "Finding", "report"]
 JOURNAL_WAIT = 10.0  # seconds a request the canary saw may take to show in the journal
+FAILURE_WAIT = 0.5  # seconds a client's TLS alert may take to be recorded by undoproxy
 
 
 @dataclass
@@ -60,11 +68,20 @@ class Finding:
     fix: str = ""
 
 
-def _trust_failure(output: str) -> tuple[str, str] | None:
-    for pattern, runtime, fix in TRUST_FAILURES:
-        if re.search(pattern, output):
-            return runtime, fix
-    return None
+class CommandNotFound(UndoproxyError):
+    """`doctor -- CMD` could not start CMD (exit status 127, or 126, as a shell says)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.exit_status = status
+
+
+def _trust_finding(name: str, runtime: str, failure: dict[str, Any]) -> Finding:
+    """What a failed handshake with undoproxy says about the client (its TLS alert)."""
+    if failure["distrust"]:
+        why = f"does not trust undoproxy's CA (its TLS alert: {failure['error']})"
+        return Finding(name, "TRUST", why, TRUST_FIXES.get(runtime, GENERIC_TRUST_FIX))
+    return Finding(name, "FAILED", f"its TLS handshake with undoproxy failed: {failure['error']}")
 
 
 def _last_words(output: str) -> str:
@@ -79,6 +96,8 @@ class Doctor:
     env: dict[str, str]
     steps: Callable[[], list[dict[str, Any]]]  # the session's steps, from the admin API
     proxy_ports: set[int]
+    # The session's failed TLS handshakes with undoproxy (GET .../tls-failures).
+    tls_failures: Callable[[], list[dict[str, Any]]] = list
     host: str = field(default_factory=canary_host)
     nonce: str = field(default_factory=lambda: secrets.token_hex(4))
     timeout: float = 60.0
@@ -88,19 +107,22 @@ class Doctor:
         self.context = private_ca_context(self.host, self._dir)
 
     def _judge(
-        self, name: str, runtime: str, canary: Canary, path: str, rc: int, out: str
+        self, name: str, runtime: str, canary: Canary, path: str, rc: int, out: str, since: float
     ) -> Finding:
         if self._journaled(path, wait=JOURNAL_WAIT if canary.peers else 0.5):
             return Finding(name, "ok", "went through undoproxy into the session")
         if canary.peers:
             fix = BYPASS_FIXES.get(runtime, GENERIC_BYPASS_FIX)
             return Finding(name, "BYPASS", "went around undoproxy (the canary saw it)", fix)
-        trust = _trust_failure(out)
-        if trust is not None:
-            return Finding(
-                name, "TRUST", f"does not trust undoproxy's CA: {_last_words(out)}", trust[1]
-            )
+        target = f"{canary.host}:{canary.port}"
+        refused = [f for f in self._failures(since) if f["target"] == target]
+        if refused:
+            return _trust_finding(name, runtime, refused[-1])
         return Finding(name, "FAILED", f"exit {rc}: {_last_words(out)}")
+
+    def _failures(self, since: float) -> list[dict[str, Any]]:
+        """The session's failed handshakes with undoproxy since `since`."""
+        return [f for f in self.tls_failures() if f["at"] >= since]
 
     def _journaled(self, path: str, wait: float) -> bool:
         """True once the session has a step for `path`. Reads are journaled in batches: the
@@ -117,7 +139,10 @@ class Doctor:
         """Run one probe against its own canary."""
         if shutil.which(probe.tool) is None:
             return Finding(probe.name, "skip", f"{probe.tool} not installed")
+        if probe.check is not None and not _succeeds(probe.check()):
+            return Finding(probe.name, "skip", f"cannot run here: {' '.join(probe.check())} failed")
         canary = Canary(self.host, self.context)
+        since = time.time()
         path = f"/undoproxy-doctor/{self.nonce}/{quote(probe.name.replace(' ', '-'))}"
         try:
             work = Path(tempfile.mkdtemp(dir=self._dir))
@@ -134,9 +159,7 @@ class Doctor:
                 rc, out = done.returncode, done.stdout + done.stderr
             except subprocess.TimeoutExpired:
                 rc, out = -1, f"timed out after {self.timeout:.0f}s"
-            if "No module named" in out:
-                return Finding(probe.name, "skip", _last_words(out))
-            return self._judge(probe.name, probe.runtime, canary, path, rc, out)
+            return self._judge(probe.name, probe.runtime, canary, path, rc, out, since)
         finally:
             canary.close()
 
@@ -147,14 +170,23 @@ class Doctor:
         url = canary.url(path)
         env = {**self.env, CANARY_ENV: url}
         seen: set[tuple[str, int]] = set()
+        since = time.time()
+        runtime = runtime_of(argv)
         try:
-            proc = subprocess.Popen(
-                [a.replace("{canary}", url) for a in argv],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env=env,
-            )
+            try:
+                proc = subprocess.Popen(
+                    [a.replace("{canary}", url) for a in argv],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=env,
+                )
+            except FileNotFoundError:
+                raise CommandNotFound(f"command not found: {argv[0]}", 127) from None
+            except PermissionError:
+                raise CommandNotFound(f"cannot run {argv[0]}: permission denied", 126) from None
+            except OSError as exc:
+                raise CommandNotFound(f"cannot run {argv[0]}: {exc.strerror or exc}", 126) from None
             output: list[str] = []
             reader = threading.Thread(target=lambda: output.extend(proc.stdout or []), daemon=True)
             reader.start()
@@ -164,13 +196,12 @@ class Doctor:
                 time.sleep(0.02)
             reader.join(5)
             out = "".join(output)
-            findings = []
-            time.sleep(0.2)  # let undoproxy's journal writer catch up
+            findings: list[Finding] = []
             used = any("{canary}" in a for a in argv) or canary.peers
             if used or any(path in s["url"] for s in self.steps()):
                 findings.append(
                     self._judge(
-                        "canary request", runtime_of(argv), canary, path, proc.returncode, out
+                        "canary request", runtime, canary, path, proc.returncode, out, since
                     )
                 )
             # Loopback is NO_PROXY by design (undoproxy itself, local services).
@@ -178,14 +209,19 @@ class Doctor:
             for h, p in direct:
                 if (h, p) == (self.host, canary.port):
                     continue  # judged above, by the canary and the journal
-                fix = BYPASS_FIXES.get(runtime_of(argv), GENERIC_BYPASS_FIX)
+                fix = BYPASS_FIXES.get(runtime, GENERIC_BYPASS_FIX)
                 findings.append(
                     Finding(f"{h}:{p}", "BYPASS", "a direct connection, not through undoproxy", fix)
                 )
-            trust = _trust_failure(out)
-            if trust is not None and not any(f.verdict == "TRUST" for f in findings):
-                why = f"does not trust undoproxy's CA: {_last_words(out)}"
-                findings.append(Finding(trust[0], "TRUST", why, trust[1]))
+            canary_target = f"{canary.host}:{canary.port}"
+            if not findings:
+                time.sleep(
+                    FAILURE_WAIT
+                )  # undoproxy records a TLS alert just after the client sent it
+            refused = {f["target"]: f for f in self._failures(since)}  # the last one per host
+            for target, failure in refused.items():
+                if target != canary_target or not used:
+                    findings.append(_trust_finding(target, runtime, failure))
             if not findings:
                 findings.append(
                     Finding(
@@ -195,13 +231,25 @@ class Doctor:
                     )
                 )
             sys.stdout.write(out)
-            return findings, proc.returncode
+            return once(findings), proc.returncode
         finally:
             canary.close()
 
     def close(self) -> None:
         """Remove the canary's files."""
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def once(findings: list[Finding]) -> list[Finding]:
+    """Each problem once: findings with the same verdict and name are one."""
+    return list({(f.verdict, f.name): f for f in findings}.values())
+
+
+def _succeeds(argv: list[str]) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def report(findings: list[Finding]) -> str:

@@ -11,28 +11,23 @@ from pathlib import Path
 
 CANARY_ENV = "UNDOPROXY_CANARY_URL"
 
-# Which runtime a TLS failure message comes from, and how to fix it.
-TRUST_FAILURES: list[tuple[str, str, str]] = [
-    ("PKIX path building failed", "java", "JAVA_TOOL_OPTIONS (truststore) from `undoproxy env`"),
-    (
-        "SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_GET_ISSUER_CERT|self.signed certificate in",
-        "node",
-        "NODE_EXTRA_CA_CERTS from `undoproxy env`",
-    ),
-    ("x509: certificate signed by unknown authority", "go", "SSL_CERT_FILE from `undoproxy env`"),
-    ("GnuTLS|not trusted|ERROR: cannot verify", "wget", "WGETRC from `undoproxy env`"),
-    (
-        "SSL certificate problem",
-        "curl/libcurl (curl, git, PHP)",
-        "CURL_CA_BUNDLE, GIT_SSL_CAINFO, PHP_INI_SCAN_DIR from `undoproxy env`",
-    ),
-    (
-        "CERTIFICATE_VERIFY_FAILED|certificate verify failed",
-        "Python/Ruby (OpenSSL)",
-        "SSL_CERT_FILE and REQUESTS_CA_BUNDLE from `undoproxy env`; stripe-python also needs "
-        "stripe.ca_bundle_path = os.environ['SSL_CERT_FILE']",
-    ),
-]
+# Fixes for a client that refused undoproxy's certificate (a TLS alert), by runtime.
+TRUST_FIXES: dict[str, str] = {
+    "curl": "CURL_CA_BUNDLE from `undoproxy env`",
+    "wget": "WGETRC from `undoproxy env`",
+    "python": "SSL_CERT_FILE and REQUESTS_CA_BUNDLE from `undoproxy env`; stripe-python also "
+    "needs stripe.ca_bundle_path = os.environ['SSL_CERT_FILE']",
+    "node": "NODE_EXTRA_CA_CERTS from `undoproxy env`",
+    "java": "JAVA_TOOL_OPTIONS (truststore) from `undoproxy env`",
+    "go": "SSL_CERT_FILE from `undoproxy env`",
+    "ruby": "SSL_CERT_FILE from `undoproxy env`",
+    "php": "CURL_CA_BUNDLE and PHP_INI_SCAN_DIR from `undoproxy env`",
+    "git": "GIT_SSL_CAINFO from `undoproxy env`",
+}
+GENERIC_TRUST_FIX = (
+    "the CA variables from `undoproxy env` (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, "
+    "NODE_EXTRA_CA_CERTS, CURL_CA_BUNDLE, ...): docs/clients.md names the one each runtime reads"
+)
 
 # Fixes for a client that went around the proxy.
 BYPASS_FIXES: dict[str, str] = {
@@ -63,6 +58,8 @@ class Probe:
     runtime: str
     argv: Callable[[str, Path], list[str]]
     tool: str
+    # A command that exits 0 when the probe can run here (a library is installed); else skip.
+    check: Callable[[], list[str]] | None = None
 
 
 _JAVA = """\
@@ -107,8 +104,16 @@ _PHP = (
 
 
 def runtime_of(argv: Sequence[str]) -> str:
-    """The runtime a command runs on, from its program's name (for the fix to suggest)."""
-    program = Path(argv[0]).name if argv else ""
+    """The runtime a command runs on, from its program's name (for the fix to suggest); an
+    `env [-u NAME] [NAME=value]...` in front is looked through."""
+    args = list(argv)
+    if args and Path(args[0]).name == "env":
+        args.pop(0)
+        while args and (args[0].startswith("-") or "=" in args[0]):
+            takes_value = args.pop(0) in ("-u", "--unset", "-C", "--chdir")
+            if takes_value and args:
+                args.pop(0)
+    program = Path(args[0]).name if args else ""
     return next((r for r in BYPASS_FIXES if program.startswith(r)), "")
 
 
@@ -130,6 +135,7 @@ PROBES: list[Probe] = [
         "python",
         lambda u, t: [_python(), "-c", "import sys,requests; requests.get(sys.argv[1])", u],
         "python3",
+        check=lambda: [_python(), "-c", "import requests"],
     ),
     Probe("node fetch", "node", lambda u, t: ["node", "-e", "fetch(process.argv[1])", u], "node"),
     Probe("java", "java", _file("Probe.java", _JAVA, "java", "{file}"), "java"),

@@ -21,12 +21,47 @@ def json_response(
     )
 
 
+def reason_of(response: http.Response) -> str | None:
+    """`reason (error)` of an answer undoproxy wrote itself (None for any other); not
+    `error: reason`, which the redaction of free text reads as a secret-named field."""
+    if response.headers.get("X-Undoproxy") != "1":
+        return None
+    try:
+        body = json.loads(response.get_content(strict=False) or b"")
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("error"), str):
+        return None
+    words = body.get("reason") or body.get("message")
+    return f"{words} ({body['error']})" if isinstance(words, str) and words else body["error"]
+
+
 def proxy_auth_required(message: str) -> http.Response:
     """407: the session is unknown or its token is wrong (token mode)."""
     return json_response(
         407,
         {"error": "undoproxy_proxy_auth", "message": message},
         {"Proxy-Authenticate": 'Basic realm="undoproxy"'},
+    )
+
+
+def bad_request(message: str) -> http.Response:
+    """400: a request undoproxy cannot forward as it was read (see proxy/fieldcheck.py)."""
+    return json_response(400, {"error": "undoproxy_bad_request", "message": message})
+
+
+def wrong_session(port_session: str, named: str) -> http.Response:
+    """403: a request on one session's own port names another session (its credentials or its
+    X-Undoproxy-Session header); filed under neither, forwarded nowhere."""
+    return json_response(
+        403,
+        {
+            "error": "undoproxy_wrong_session",
+            "session": port_session,
+            "named": named,
+            "message": f"this port belongs to session {port_session!r}, but the request names "
+            f"session {named!r}: use that session's own port or the main proxy port",
+        },
     )
 
 
@@ -58,8 +93,9 @@ def session_closed(session_id: str, state: str) -> http.Response:
             "error": "undoproxy_session_closed",
             "session": session_id,
             "state": state,
-            "message": f"session {session_id!r} is {state}: it takes no new mutations; "
-            "start a new session",
+            "message": f"session {session_id!r} is {state}: it takes no new mutations (they "
+            "would land outside its rollback or commit); reads still pass",
+            "fix": 'start the agent in a new session: eval "$(undoproxy env --session NEW_NAME)"',
         },
     )
 
@@ -73,8 +109,10 @@ def frozen(session_id: str, scope: str) -> http.Response:
             "error": "undoproxy_frozen",
             "session": session_id,
             "scope": scope,
-            "message": f"{what} frozen: mutations are refused until it is unfrozen; "
-            "reads still pass",
+            "message": f"{what} frozen (the kill switch): mutations are refused until it is "
+            "unfrozen; reads still pass",
+            "fix": "wait for a person to turn the kill switch off: `undoproxy unfreeze "
+            + ("--all`" if scope == "all" else f"{session_id}`"),
         },
         {"X-Undoproxy-Decision": "denied"},
     )
@@ -193,6 +231,18 @@ def misdirected(status: int, reason: str, names: dict[str, str]) -> http.Respons
             "message": f"{reason}; undoproxy forwards a request only when every name it "
             "carries is the same host",
         },
+    )
+
+
+def secret_refused(error: str, secret: str, message: str, status: int = 403) -> http.Response:
+    """403 `undoproxy_secret_in_agent` (the agent sent a real value of a `secrets:` entry: it
+    was not supposed to have it), 403 `undoproxy_secret_not_allowed` (its placeholder, from a
+    session the entry does not serve), 400 `undoproxy_secret_unsupported` (a request that
+    cannot carry the secret). Nothing is forwarded; the secret is named, its value never."""
+    return json_response(
+        status,
+        {"error": error, "secret": secret, "message": message},
+        {"X-Undoproxy-Decision": "denied"},
     )
 
 

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Iterator
 
 from mitmproxy import http
 
 from undoproxy import codings
-from undoproxy.bodyfiles import BodyCopy
+from undoproxy.bodyfiles import BodyCopy, Spool
 from undoproxy.codings import Decoded
 from undoproxy.limits import DECODE_IN_THREAD_OVER
 from undoproxy.proxy.state import FlowState, state_of
 
 SPOOLED = "undoproxy_spooled"  # flow.metadata: the BodyCopy of a spooled request body
+SPOOL = "undoproxy_spool"  # flow.metadata: the Spool itself, while the request hooks run
 # flow.metadata: a request judged on its headers, before its body (a gRPC stream: proxy/
 # bounded.py): "judging" while the request hooks run, then "judged"
 JUDGED_EARLY = "undoproxy_judged_early"
@@ -36,6 +38,28 @@ def spooled(flow: http.HTTPFlow) -> BodyCopy | None:
     """The copy of a request body that was spooled instead of buffered (None: buffered)."""
     value = flow.metadata.get(SPOOLED)
     return value if isinstance(value, BodyCopy) else None
+
+
+def spooled_pieces(flow: http.HTTPFlow, overlap: int) -> Iterator[bytes]:
+    """A spooled body again, read from its file a record at a time, each piece beginning
+    with the last `overlap` bytes of the one before (so that a needle of up to `overlap + 1`
+    bytes is found whole in some piece); nothing for a body that was not spooled. Reads the
+    disk: call it off the event loop."""
+    spool = flow.metadata.get(SPOOL)
+    if not isinstance(spool, Spool):
+        return
+    tail = b""
+    for piece in spool.chunks():
+        yield tail + piece
+        tail = piece[-overlap:] if overlap else b""
+
+
+def replace_spooled_head(flow: http.HTTPFlow, head: bytes) -> None:
+    """Put another head in a spooled body's copy (what the journal keeps of it): one with
+    secrets cut out (proxy/brokering.py)."""
+    copy = spooled(flow)
+    if copy is not None:
+        flow.metadata[SPOOLED] = BodyCopy(head, copy.length, copy.sha256)
 
 
 def body_copy(flow: http.HTTPFlow, keep: int) -> BodyCopy:

@@ -62,7 +62,7 @@ from undoproxy.limits import (
     STREAM_RESPONSE_OVER,
 )
 from undoproxy.proxy import answers
-from undoproxy.proxy.bodies import JUDGED_EARLY, SPOOLED
+from undoproxy.proxy.bodies import JUDGED_EARLY, SPOOL, SPOOLED
 from undoproxy.proxy.state import state_of
 from undoproxy.proxy.streaming import BodyTap, is_grpc, tap_for
 from undoproxy.proxy.uploads import PUMP, Pump, SpoolPumpHook
@@ -183,7 +183,9 @@ class BoundedStream(HttpStream):
             yield from self._cannot_spool(exc)
             return
         self.client_state = self.state_pumping
+        flow.metadata[SPOOL] = spool  # readable again while the request hooks run
         yield HttpRequestHook(flow)
+        flow.metadata.pop(SPOOL, None)
         if (yield from self.check_killed(True)):
             self._close_spool()
             return

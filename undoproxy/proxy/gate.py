@@ -20,7 +20,7 @@ from undoproxy.proxy import answers
 from undoproxy.proxy.bodies import body_identity
 from undoproxy.proxy.budgets import Budgets
 from undoproxy.proxy.planning import plan_of, request_view
-from undoproxy.proxy.state import FlowState, state_of
+from undoproxy.proxy.state import FlowState, decided_state
 from undoproxy.rules import RuleSet
 from undoproxy.rules.guards import Guard
 from undoproxy.rules.model import RISKS
@@ -69,7 +69,7 @@ class Gate:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Decide; deny or hold here, or let the flow go on to the journal."""
-        state = state_of(flow)
+        state = decided_state(flow)  # none at all: refused by the guard, never forwarded
         if state is None or flow.response is not None:
             return
         self._decide(flow, state)  # first: a rule may say what kind of request this is

@@ -24,7 +24,7 @@ from mitmproxy import connection, http
 
 from undoproxy import redact
 from undoproxy.approvals import badges
-from undoproxy.approvals.diff import UPDATE_METHODS, update_diff
+from undoproxy.approvals.diff import PREVIEW_METHODS, update_diff
 from undoproxy.approvals.grouping import card_context, grouping_key
 from undoproxy.approvals.queue import ApprovalQueue, Decision
 from undoproxy.errors import JournalError
@@ -194,7 +194,7 @@ class Holds:
             # method override the upstream may act on instead of the method shown.
             **card_context(request.url, request.headers.items(multi=True), raw, content_type),
         }
-        if self.preview is not None and request.method in UPDATE_METHODS:
+        if self.preview is not None and request.method in PREVIEW_METHODS:
             try:
                 current = await asyncio.wait_for(self.preview(flow, state), PREVIEW_TIMEOUT)
             except Exception as exc:

@@ -21,7 +21,7 @@ from undoproxy.inflight import InFlight
 from undoproxy.proxy import answers
 from undoproxy.proxy.budgets import OverBudget
 from undoproxy.proxy.gate import refuse_if_stopped
-from undoproxy.proxy.state import FlowState, state_of
+from undoproxy.proxy.state import FlowState, decided_state, state_of
 from undoproxy.proxy.steps import irreversible_reason, new_step, record_meta, response_fields
 from undoproxy.store.base import BudgetExceeded, SessionStopped
 from undoproxy.store.journal import Journal
@@ -39,7 +39,7 @@ class JournalAddon:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Write mutations ahead; record requests undoproxy answered itself."""
-        state = state_of(flow)
+        state = decided_state(flow)
         if state is None:
             return
         if flow.response is not None:  # denied, timed out, or refused earlier: nothing forwarded
@@ -127,6 +127,7 @@ class JournalAddon:
         step = new_step(flow, state, self.journal, "denied")
         assert flow.response is not None
         step.response_status = flow.response.status_code
+        step.error = answers.reason_of(flow.response)  # what `show` gives as the step's why
         step.duration_ms = round((time.monotonic() - state.started) * 1000, 3)
         return step
 

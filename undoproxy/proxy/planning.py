@@ -38,8 +38,9 @@ def plan_of(
 ) -> Plan:
     """Which compensation this mutation gets (decided before it is forwarded).
 
-    A signed request gets one only when `signing:` gives undoproxy a key for its host: the
-    agent's signature cannot be replayed, undoproxy signs its own requests with that key.
+    A signed request gets one only when `signing:` (or an `aws:` entry of `secrets:` that
+    serves its session) gives undoproxy a key for its host: the agent's signature cannot be
+    replayed, undoproxy signs its own requests with that key.
     """
     view = state.view or request_view(flow, state)
     state.view = view
@@ -47,7 +48,8 @@ def plan_of(
         return Plan("irreversible", reason=WEBSOCKET_REASON)
     items = list(flow.request.headers.items(multi=True))
     signed = signature_scheme(items)
-    if signed is not None and (signers is None or signers.for_url(flow.request.url) is None):
+    signer = signers.for_url(flow.request.url, state.session_id) if signers else None
+    if signed is not None and signer is None:
         return Plan(
             "irreversible",
             reason=missing_key_reason(signed, flow.request.url, items),

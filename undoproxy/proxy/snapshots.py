@@ -7,10 +7,11 @@ known of the compensation, and hand it to the journal addon to be written ahead 
 GET (a PROPFIND of the properties, a GET of a MOVE's destination: `PreRead`s, see
 `compensators/packs.reads_for`): they are sent the same way, and their answers are given to it
 and stored with the compensation (`reads`). If the snapshot, or a read the compensator needs,
-fails the mutation is not forwarded (502), unless the rule says `on_snapshot_error: proceed`
-(then the step is irreversible). After the response: complete the compensation from it, and
-record what the agent's write produced (the drift-check baseline), re-reading the target in the
-background when the response did not say.
+fails the mutation is not forwarded (502), a signed request included, unless the rule says
+`on_snapshot_error: proceed` (then the step is irreversible; under `defaults.mutations:
+hold-irreversible` only once a person approved it). After the response: complete the
+compensation from it, and record what the agent's write produced (the drift-check baseline),
+re-reading the target in the background when the response did not say.
 
 A target larger than SNAPSHOT_IN_JOURNAL is not kept in the journal row: its body goes to an
 encrypted body file of the session (undoproxy/bodyfiles.py) as it is read, up to
@@ -89,6 +90,7 @@ class Snapshots:
         box: CredentialBox,
         *,
         auto: bool,
+        hold_irreversible: bool = False,
         files: BodyFiles | None = None,
         max_body: int = MAX_REQUEST_BODY,
     ) -> None:
@@ -96,6 +98,7 @@ class Snapshots:
         self.client = client
         self.box = box
         self.auto = auto
+        self.hold_irreversible = hold_irreversible
         self.files = files  # where targets too large for the journal are kept
         self.max_body = max_body
         self._stop_listening: list[Any] = []
@@ -175,6 +178,7 @@ class Snapshots:
         spill: Spill | None = None,
     ) -> UpstreamResponse:
         """One read of undoproxy's own, retried where safe; SnapshotFailed when it fails."""
+        state = state_of(flow)
         try:
             return await self.client.send_with_retries(
                 method,
@@ -184,6 +188,7 @@ class Snapshots:
                 body or None,
                 keep=keep,
                 need_all=need_all,
+                session=state.session_id if state is not None else None,
                 spill=spill,
             )
         except UpstreamError as exc:
@@ -246,14 +251,31 @@ class Snapshots:
         detail = redact.text(detail)
         if signed is None:
             return f"the snapshot failed ({detail}) and the rule says on_snapshot_error: proceed"
-        entry = self.client.signers.for_url(flow.request.url)
-        key = f" with the {entry.describe()}" if entry is not None else ""
-        # The agent's write is not blocked: what failed is undoproxy's own signed read.
         return (
-            f"the snapshot before it, signed by undoproxy{key}, failed ({detail}); the request "
-            "is signed, so it was forwarded without one. Check that key in signing: (a 403 "
-            "says it is wrong or lacks s3:GetObject / s3:GetObjectTagging)"
+            f"{self._signed_failure(flow, detail)}; the rule says on_snapshot_error: proceed, so "
+            "it was forwarded without one"
         )
+
+    def _signed_failure(self, flow: http.HTTPFlow, detail: str) -> str:
+        """What failed when undoproxy's own signed read before a signed request failed."""
+        state = state_of(flow)
+        session = state.session_id if state is not None else None
+        entry = self.client.signers.for_url(flow.request.url, session)
+        key = f" with the {entry.describe()}" if entry is not None else ""
+        return (
+            f"the snapshot before it, signed by undoproxy{key}, failed ({detail}); check that "
+            "key in signing: (a 403 says it is wrong or lacks the read permission, e.g. "
+            "s3:GetObject / s3:GetObjectTagging)"
+        )
+
+    def _may_proceed(self, state: FlowState) -> bool:
+        """A step whose snapshot failed goes on irreversible only when its rule says so, and
+        not under `defaults.mutations: hold-irreversible` unless a person approved it: such
+        a step would have been held had its irreversibility been known."""
+        rule = state.rule
+        if rule is None or rule.on_snapshot_error != "proceed":
+            return False
+        return not self.hold_irreversible or state.action == "hold"  # held, then approved
 
     async def preview(self, flow: http.HTTPFlow, state: FlowState) -> dict[str, Any] | None:
         """The target as it is now, for the approval page's diff (None when not applicable)."""
@@ -283,9 +305,9 @@ class Snapshots:
                 snapshot = snapshots[plan.snapshot_url]
             except SnapshotFailed as exc:
                 signed = signature_scheme(list(flow.request.headers.items(multi=True)))
-                rule = state.rule
-                if signed is None and (rule is None or rule.on_snapshot_error != "proceed"):
-                    self._block(flow, state, plan.snapshot_url, str(exc), exc.challenge)
+                if not self._may_proceed(state):
+                    detail = str(exc) if signed is None else self._signed_failure(flow, str(exc))
+                    self._block(flow, state, plan.snapshot_url, detail, exc.challenge)
                     return
                 snapshots = {}
                 plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), signed))
@@ -304,8 +326,7 @@ class Snapshots:
             try:
                 facts.reads = await self._read_all(reads, flow)
             except SnapshotFailed as exc:
-                rule = state.rule
-                if rule is None or rule.on_snapshot_error != "proceed":
+                if not self._may_proceed(state):
                     self._block(flow, state, flow.request.url, str(exc), exc.challenge)
                     return
                 plan = Plan("irreversible", reason=self._failed_reason(flow, str(exc), None))

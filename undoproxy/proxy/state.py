@@ -46,9 +46,26 @@ class FlowState:
     response_keep: int | None = None  # bytes of a streamed answer to keep, when more is needed
     mcp: Any = None  # the MCP exchange (proxy/mcp.py), when this is one
     failure: str | None = None  # why an answer that looks like success is not (gRPC status)
+    brokered: tuple[str, ...] = ()  # secrets put into the request (proxy/brokering.py)
+    # (header fields, path, url) as the agent sent them, while the secrets are put in
+    as_agent_sent: Any = None
 
 
 def state_of(flow: http.HTTPFlow) -> FlowState | None:
     """The state an earlier hook left on the flow, if any."""
     value = flow.metadata.get(KEY)
     return value if isinstance(value, FlowState) else None
+
+
+class MissingState(RuntimeError):
+    """A request reached a deciding hook with no state: undoproxy does not know whose it is
+    or what was decided, so it is not forwarded (the fail-closed guard answers it)."""
+
+
+def decided_state(flow: http.HTTPFlow) -> FlowState | None:
+    """The flow's state for a hook that decides whether it goes upstream: None when
+    undoproxy has answered it already; MissingState when nothing decided about it at all."""
+    state = state_of(flow)
+    if state is None and flow.response is None:
+        raise MissingState(f"no state for {flow.request.method} request {flow.id}")
+    return state

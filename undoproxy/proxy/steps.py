@@ -15,6 +15,7 @@ from undoproxy.limits import MUTATION_BODY_LIMIT, READ_BODY_LIMIT
 from undoproxy.proxy.bodies import body_copy, readable, request_body, response_body
 from undoproxy.proxy.state import FlowState
 from undoproxy.proxy.streaming import BodyTap
+from undoproxy.rules.matcher import graphql_operation
 from undoproxy.rules.record import request_fields
 from undoproxy.rules.request import NOT_JSON
 from undoproxy.store.journal import Journal
@@ -36,19 +37,23 @@ def new_step(
     request = flow.request
     body = body_copy(flow, body_limit(state))
     rule = state.rule
+    headers, url = request.headers, request.url
+    if state.as_agent_sent is not None:  # secrets are in it (proxy/brokering.py): not the agent's
+        fields, _, url = state.as_agent_sent
+        headers = http.Headers(fields)
     step = Step(
         id=new_id("st"),
         session_id=state.session_id,
         seq=journal.next_seq(state.session_id),
         method=request.method,
-        url=request.url,
+        url=url,
         is_mutation=state.is_mutation,
         status=status,
         rule=rule.name if rule is not None else None,
         risk=rule.risk if rule is not None else None,
         action=state.action,
         captures=state.captures or None,
-        request_headers=[list(p) for p in redact.headers(request.headers.items(multi=True))],
+        request_headers=[list(p) for p in redact.headers(headers.items(multi=True))],
         request_body=body.head or None,
         request_body_len=body.length,
         request_body_sha256=body.sha256 or None,
@@ -99,6 +104,7 @@ def record_meta(
         response_docs=docs,
         response_headers=headers,
         request_only=response is None,
+        graphql=graphql_operation(view) if view is not None and record.needs_graphql else None,
     )
     return meta or None
 

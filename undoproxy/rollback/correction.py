@@ -75,6 +75,7 @@ class Corrector:
                 step.url,
                 self.box.open(step.credentials),
                 force=False,
+                session=step.session_id,
             )
         except NotSendable as exc:
             return Verdict("failed", f"{said}; {what} cannot be sent: {exc}")
@@ -91,7 +92,9 @@ class Corrector:
             )
         where = f"{out.method} {redact.url(out.url)}"
         try:
-            resp = await self.client.send(out.method, out.url, out.headers, out.body)
+            resp = await self.client.send(
+                out.method, out.url, out.headers, out.body, session=out.session
+            )
         except UpstreamError as exc:
             sent["why"] = f"{where}: {exc}"
             return Verdict(

@@ -1,9 +1,13 @@
 """The requests rollback sends, built from a compensation record and checked before they go.
 
 Credentials go only where the agent sent the step (`credentials_for`): a rule template naming
-another host gets none. A request that could not be sent as recorded (a header value with a
-line break, a URL with userinfo or no host) is refused here with the reason, so that one bad
-step never stops a rollback.
+another host gets none. Each request names the session of its step: when it is sent, the
+secrets that session may use for the request's host replace the agent's placeholders (see
+undoproxy/broker/), so that only the hosts a `secrets:` entry names ever get its value.
+
+A request that could not be sent as recorded (a header value with a line break, a URL with
+userinfo or no host) is refused here with the reason, so that one bad step never stops a
+rollback.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Outgoing:
     url: str
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None
+    session: str | None = None  # whose step it is: its secrets go in (upstream.py)
     body_file: FileBody | None = None  # a body too large for the journal: sent from its file
 
     @property
@@ -69,7 +74,9 @@ class Outgoing:
 
     def with_json_body(self, value: Any) -> Outgoing:
         """The same request with another JSON body."""
-        return Outgoing(self.method, self.url, dict(self.headers), json.dumps(value).encode())
+        return Outgoing(
+            self.method, self.url, dict(self.headers), json.dumps(value).encode(), self.session
+        )
 
 
 def resource_url(url: str) -> str:
@@ -124,9 +131,15 @@ def _unredacted(url: str, step_url: str, credentials: Mapping[str, str]) -> str:
 
 
 def read_request(
-    url: str, step_url: str, credentials: dict[str, str], accept: str | None
+    url: str,
+    step_url: str,
+    credentials: dict[str, str],
+    accept: str | None,
+    *,
+    session: str | None = None,
 ) -> Outgoing:
-    """A GET of `url` with the agent's credentials where they belong."""
+    """A GET of `url` with the agent's credentials where they belong (and, when sent, the
+    secrets `session` may use for its host: the agent's placeholders replaced)."""
     _readable(credentials)
     url = _unredacted(url, step_url, credentials)
     check_url(url)
@@ -134,13 +147,19 @@ def read_request(
     if accept:
         headers["Accept"] = accept
     check_headers(headers)
-    return Outgoing("GET", url, headers)
+    return Outgoing("GET", url, headers, session=session)
 
 
 def compensation_request(
-    record: InverseRequest, step_url: str, credentials: dict[str, str], *, force: bool
+    record: InverseRequest,
+    step_url: str,
+    credentials: dict[str, str],
+    *,
+    force: bool,
+    session: str | None = None,
 ) -> Outgoing:
-    """The inverse request a compensation record (or its fallback) describes."""
+    """The inverse request a compensation record (or its fallback) describes; sent for
+    `session` (a step sealed with a placeholder is undone with the real secret)."""
     _readable(credentials)
     method = record.method
     if not _TOKEN.match(method):
@@ -166,4 +185,4 @@ def compensation_request(
     if (body is not None or record.body_file is not None) and record.content_type:
         headers["Content-Type"] = record.content_type
     check_headers(headers)
-    return Outgoing(method.upper(), url, headers, body, record.body_file)
+    return Outgoing(method.upper(), url, headers, body, session, record.body_file)

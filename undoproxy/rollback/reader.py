@@ -56,10 +56,17 @@ class Reader:
         another read (`method`: a PROPFIND, with its `extra` headers and `body`)."""
         target = resource_url(url)
         accept = snap.content_type if snap is not None else None
-        request = read_request(target, step.url, self.box.open(step.credentials), accept)
+        request = read_request(
+            target, step.url, self.box.open(step.credentials), accept, session=step.session_id
+        )
         try:
             resp = await self.client.send_with_retries(
-                method, request.url, self.policy, {**request.headers, **(extra or {})}, body
+                method,
+                request.url,
+                self.policy,
+                {**request.headers, **(extra or {})},
+                body,
+                session=request.session,
             )
         except UpstreamError as exc:
             return Read(target, None, str(exc).replace(target, redact.url(target)))

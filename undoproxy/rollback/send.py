@@ -73,7 +73,9 @@ class Sender:
     ) -> Verdict:
         """Mark, send and verify one compensation."""
         credentials = self.box.open(step.credentials)
-        out = compensation_request(request, step.url, credentials, force=run.force)
+        out = compensation_request(
+            request, step.url, credentials, force=run.force, session=step.session_id
+        )
         fitted = await self._fit(step, out, go, run, pins_rev=_pins_rev(request))
         if isinstance(fitted, Verdict):
             return fitted
@@ -151,7 +153,9 @@ class Sender:
         """PUT answered 404/405: POST the snapshot to the collection, once ever."""
         assert comp.fallback is not None
         credentials = self.box.open(step.credentials)
-        out = compensation_request(comp.fallback, step.url, credentials, force=run.force)
+        out = compensation_request(
+            comp.fallback, step.url, credentials, force=run.force, session=step.session_id
+        )
         # A POST is never repeated: recorded before it goes, a later rollback that finds this
         # decides the step by reading, instead of posting again.
         attempts.recreated_at = out.url
@@ -197,7 +201,9 @@ class Sender:
     ) -> str:
         """Send a pack's further requests (one per label, per user); '' when all went well."""
         for extra in comp.then:
-            out = compensation_request(extra, step.url, credentials, force=run.force)
+            out = compensation_request(
+                extra, step.url, credentials, force=run.force, session=step.session_id
+            )
             try:
                 lease.check()
             except JournalError as exc:
@@ -277,9 +283,11 @@ class Sender:
     async def _send_once(self, out: Outgoing) -> UpstreamResponse:
         if out.idempotent:
             return await self.client.send_with_retries(
-                out.method, out.url, self.policy, out.headers, out.sent_body
+                out.method, out.url, self.policy, out.headers, out.sent_body, session=out.session
             )
-        return await self.client.send(out.method, out.url, out.headers, out.sent_body)
+        return await self.client.send(
+            out.method, out.url, out.headers, out.sent_body, session=out.session
+        )
 
 
 def _pins_rev(request: InverseRequest) -> bool:

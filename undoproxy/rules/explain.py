@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from undoproxy.compensators.catalog import GENERIC, PACKS
+from undoproxy.rules.matcher import graphql_operation
 from undoproxy.rules.model import READ_METHODS, RISKS, Rule, Verdict
 from undoproxy.rules.request import NOT_JSON, RequestView
 from undoproxy.rules.templates import TemplateContext, render_known, template_references_response
@@ -123,7 +124,9 @@ def _matched(
 ) -> list[str]:
     rule = verdict.rule
     captures = ", ".join(f"{k}={v}" for k, v in verdict.captures.items()) or "(none)"
-    ctx = TemplateContext(captures=verdict.captures, request_body=_request_body(req))
+    ctx = TemplateContext(
+        captures=verdict.captures, request_body=_request_body(req), graphql=graphql_operation(req)
+    )
     effective = _effective_action(req, rule, default_mutations)
     action = f"{effective}: {_ACTIONS.get(effective, effective)}"
     if effective != rule.action:

@@ -1,17 +1,26 @@
-"""What a GraphQL request does: the type and name of the operation its JSON body runs.
+"""What a GraphQL request does: the type and name of the operation it runs.
 
 Only as much of the GraphQL grammar as that takes: comments (`# ...`), strings (block strings
 too), commas and fragment definitions are skipped, and each top-level operation is read as
 `query|mutation|subscription [Name]` or the `{ ... }` shorthand (a query). The operation run
 is the one `operationName` names, else the document's only one. A batch (a JSON list of
 requests) runs all of them, so it is a mutation when any of them is.
+
+Servers read the operation from more than one place (GraphQL over HTTP: the URL's `query=`
+for GET, and many servers for POST too, some preferring it to the body; a JSON body, a form
+body, or an `application/graphql` body that is the document itself). `operation_of_request`
+reads every one of them and answers the strongest: a mutation anywhere is a mutation, and a
+place that carries something unreadable makes the whole request unreadable (None), so no
+reading of ours can be weaker than the server's.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import parse_qsl
 
 OPERATION_TYPES: Final = ("query", "mutation", "subscription")
 _NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]*")
@@ -48,6 +57,70 @@ def operation_of(body: Any) -> Operation | None:
     # Several operations and no operationName: the server refuses it; if it did not, the
     # strongest reading is the safe one.
     return max(ops, key=lambda op: _STRENGTH[op.type])
+
+
+def operation_of_request(
+    body: Any, raw_body: bytes, query: Sequence[tuple[str, str]]
+) -> Operation | None:
+    """The operation a request runs, read from its parsed JSON `body` (None or any non-JSON
+    value when it is not JSON), its `raw_body` and its URL's decoded `query` parameters.
+
+    Every place that carries an operation is read (see the module docstring); the strongest
+    wins (on a tie the body's, then the URL's). None when no place carries one, or when one
+    that does cannot be read.
+    """
+    found: list[Operation] = []
+    if isinstance(body, (dict, list)):
+        op = operation_of(body)
+        if op is None:
+            return None
+        found.append(op)
+    elif raw_body.strip():
+        op = _operation_of_text_body(raw_body, query)
+        if op is None:
+            return None
+        found.append(op)
+    documents = [value for key, value in query if key == "query"]
+    if documents:
+        names = [value for key, value in query if key == "operationName"]
+        name = names[-1] if names else None
+        for document in documents:
+            op = operation_of({"query": document, "operationName": name})
+            if op is None:
+                return None
+            found.append(op)
+    if not found:
+        return None
+    return max(found, key=lambda op: _STRENGTH[op.type])  # max keeps the first of equals
+
+
+def _operation_of_text_body(raw: bytes, query: Sequence[tuple[str, str]]) -> Operation | None:
+    """A body that is not JSON: a form (`query=...&operationName=...`) or the document itself
+    (`application/graphql`); whichever reads, the strongest when both do."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    names = [value for key, value in query if key == "operationName"]
+    readings: list[Operation] = []
+    document_ops = operations(text)
+    if document_ops:
+        as_document = operation_of({"query": text, "operationName": names[-1] if names else None})
+        if as_document is not None:
+            readings.append(as_document)
+    form = parse_qsl(text, keep_blank_values=True)
+    form_documents = [value for key, value in form if key == "query"]
+    if form_documents:
+        form_names = [value for key, value in form if key == "operationName"] or names
+        for document in form_documents:
+            op = operation_of(
+                {"query": document, "operationName": form_names[-1] if form_names else None}
+            )
+            if op is not None:
+                readings.append(op)
+    if not readings:
+        return None
+    return max(readings, key=lambda op: _STRENGTH[op.type])
 
 
 def operations(document: str) -> list[Operation]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from undoproxy.rules.conditions import BodyCondition, FieldCondition
-from undoproxy.rules.graphql import operation_of
+from undoproxy.rules.graphql import Operation, operation_of_request
 from undoproxy.rules.mcp import tool_matches, tool_names
 from undoproxy.rules.patterns import HostPattern, PathTemplate
 from undoproxy.rules.request import NOT_JSON, RequestView
@@ -26,7 +26,7 @@ class MatchSpec:
     query: tuple[FieldCondition, ...] = ()
     headers: tuple[FieldCondition, ...] = ()
     body: tuple[BodyCondition, ...] = ()
-    graphql: frozenset[str] | None = None  # the GraphQL operation types the body may run
+    graphql: frozenset[str] | None = None  # the GraphQL operation types the request may run
     mcp_tools: tuple[str, ...] | None = None  # globs of the MCP tools a tools/call may call
     # Conditions on the annotations the MCP server gave the called tool (hints, by name)
     mcp_annotations: tuple[FieldCondition, ...] = ()
@@ -69,7 +69,7 @@ class MatchSpec:
         if self.graphql is not None:
             if req.ambiguous:
                 return captures if restrictive else None
-            op = operation_of(req.json)
+            op = graphql_operation(req)
             if op is None or op.type not in self.graphql:
                 return None
         if self.mcp_tools is not None or self.mcp_annotations:
@@ -141,10 +141,13 @@ class MatchSpec:
                     f"body {b.path.text} = {_values(found)} fails {b.condition.describe()}"
                 )
         if self.graphql is not None:
-            op = operation_of(req.json)
+            op = graphql_operation(req)
             wanted = " or ".join(sorted(self.graphql))
             if op is None:
-                reasons.append(f"body is not a GraphQL request, so graphql: {wanted} fails")
+                reasons.append(
+                    f"the request is not a GraphQL request we can read (body and URL), "
+                    f"so graphql: {wanted} fails"
+                )
             elif op.type not in self.graphql:
                 reasons.append(f"the GraphQL operation is a {op.type}, not {wanted}")
         if self.mcp_tools is not None or self.mcp_annotations:
@@ -152,6 +155,11 @@ class MatchSpec:
             if why is not None:
                 reasons.append(why)
         return reasons
+
+
+def graphql_operation(req: RequestView) -> Operation | None:
+    """The GraphQL operation `req` runs, read from its body and its URL (see rules.graphql)."""
+    return operation_of_request(req.json, req.body, req.query)
 
 
 def query_values(req: RequestView, name: str) -> list[str]:

@@ -22,13 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
+from functools import cached_property
 from typing import Any
 from urllib.parse import parse_qsl
 
+from undoproxy.rules.graphql import Operation
 from undoproxy.rules.templates import (
     TemplateContext,
     TemplateError,
     render_template,
+    template_references_graphql,
     template_references_response,
 )
 
@@ -47,12 +50,22 @@ class RecordEntry:
         """True when a template refers to the response."""
         return any(template_references_response(t) for t in self.templates)
 
+    @property
+    def needs_graphql(self) -> bool:
+        """True when a template refers to the request's GraphQL operation."""
+        return any(template_references_graphql(t) for t in self.templates)
+
 
 @dataclass(frozen=True)
 class Record:
     """A rule's `record:` block, validated."""
 
     entries: tuple[RecordEntry, ...]
+
+    @cached_property
+    def needs_graphql(self) -> bool:
+        """True when an entry refers to the request's GraphQL operation."""
+        return any(entry.needs_graphql for entry in self.entries)
 
     def evaluate(
         self,
@@ -62,13 +75,16 @@ class Record:
         response_docs: Sequence[Any] = (),
         response_headers: Mapping[str, str] | None = None,
         request_only: bool = False,
+        graphql: Operation | None = None,
     ) -> dict[str, Any]:
-        """The values found; `request_only` skips the templates that refer to the response."""
+        """The values found; `request_only` skips the templates that refer to the response;
+        `graphql` is the operation the request runs (read from its body and URL)."""
         out: dict[str, Any] = {}
         base = TemplateContext(
             captures=captures,
             request_body=request_body,
             response_headers=response_headers or {},
+            graphql=graphql,
         )
         for entry in self.entries:
             value: Any = None
@@ -82,6 +98,7 @@ class Record:
                             request_body=request_body,
                             response_body=doc,
                             response_headers=base.response_headers,
+                            graphql=graphql,
                         )
                         for doc in response_docs
                     ] or [base]

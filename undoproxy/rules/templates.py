@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
-from undoproxy.rules.graphql import operation_of
+from undoproxy.rules.graphql import Operation, operation_of
 from undoproxy.rules.jsonpaths import JsonPath
 
 BODY_SOURCES = ("request.body", "response.body", "snapshot.body")
@@ -68,7 +68,7 @@ class Reference:
     def resolve(self, ctx: TemplateContext) -> Any:
         """The referenced value; raises TemplateError when there is none."""
         if self.source == GRAPHQL_SOURCE:
-            op = operation_of(ctx.request_body)
+            op = ctx.graphql if ctx.graphql is not None else operation_of(ctx.request_body)
             value = getattr(op, self.header or "", None) if op is not None else None
             if value is None:
                 raise TemplateError(f"${{{self.text}}}: the request runs no such GraphQL value")
@@ -106,6 +106,9 @@ class TemplateContext:
     response_body: Any = None
     response_headers: Mapping[str, str] = field(default_factory=dict)
     snapshot_body: Any = None
+    # The GraphQL operation the request runs, read from its body and URL by the caller
+    # (rules.graphql.operation_of_request); None: read from `request_body` alone.
+    graphql: Operation | None = None
 
     def header(self, name: str) -> str | None:
         """A response header by case-insensitive name."""
@@ -283,6 +286,15 @@ def template_references_response(value: Any) -> bool:
     except TemplateSyntaxError:
         return False
     return any(isinstance(p, Reference) and p.source.startswith("response.") for p in parts)
+
+
+def template_references_graphql(value: Any) -> bool:
+    """True if `value` refers to `${request.graphql...}`."""
+    try:
+        parts = iter_parts(value)
+    except TemplateSyntaxError:
+        return False
+    return any(isinstance(p, Reference) and p.source == GRAPHQL_SOURCE for p in parts)
 
 
 def template_references_snapshot(value: Any) -> bool:

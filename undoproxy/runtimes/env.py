@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,6 +18,11 @@ from undoproxy import cabundle
 from undoproxy.runtimes import truststore
 
 SHELLS = ("sh", "fish", "powershell", "dotenv", "json")
+# What undoproxy's own commands read and an agent must never get: the admin token would let
+# it approve its own held requests (and roll back, freeze, resolve), the credentials key would
+# open what the journal keeps sealed. Literal names, so this module needs neither the admin
+# client nor cryptography (client.TOKEN_ENV, credentials.KEY_ENV; a test keeps them equal).
+WITHHELD = ("UNDOPROXY_ADMIN_TOKEN", "UNDOPROXY_CREDENTIALS_KEY")
 PRELOAD = Path(__file__).with_name("fetch-proxy.cjs")
 
 
@@ -30,6 +36,9 @@ class Setup:
     no_proxy: tuple[str, ...]  # never through the proxy: loopback and the admin address
     session: str | None = None
     session_port: tuple[str, int] | None = None  # the session's own listener, if any
+    # (variable, placeholder) of each secret the session may use (undoproxy/broker/): the
+    # agent's SDK starts with a placeholder, undoproxy puts the real value in on the way out
+    placeholders: tuple[tuple[str, str], ...] = ()
 
     @property
     def state_dir(self) -> Path:
@@ -105,7 +114,18 @@ def variables(setup: Setup) -> list[tuple[str, str]]:
         host, port = setup.session_port
         # For anything configured by host and port only: this port is the session.
         values.append(("UNDOPROXY_SESSION_PROXY", f"http://{host}:{port}"))
+    values.extend(setup.placeholders)
     return values
+
+
+def agent_process_env(
+    parent: Mapping[str, str], values: Iterable[tuple[str, str]]
+) -> dict[str, str]:
+    """The environment of a process undoproxy starts for an agent (`exec`'s command, `doctor`'s
+    probes and command): `parent` without the WITHHELD variables, with `values` set."""
+    env = {name: value for name, value in parent.items() if name not in WITHHELD}
+    env.update(values)
+    return env
 
 
 def _node_quote(path: str) -> str:

@@ -7,9 +7,12 @@ asks for the session's own port: a second listener of the same mitmproxy, with t
 addons behind the same fail-closed guard, where every connection belongs to that session
 (`SessionIdentity` asks `session_for(port)` before looking at credentials).
 
-The port is the credential: it listens on the proxy's own address, is handed out only through
-the admin API (admin token), and is kept in `<state_dir>/session-ports.json` so that it stays
-the same across restarts (reopened on start, when it is still free).
+The port is handed out only through the admin API (admin token), listens on the proxy's own
+address, and is kept in `<state_dir>/session-ports.json` so that it stays the same across
+restarts (reopened on start, when it is still free). In `auth: open` mode the port is the
+session's credential; in `auth: token` mode it is not (any local process can connect to it):
+requests on it need that session's proxy credentials, as on the main port. In every mode a
+request on it that names another session is refused (see proxy/identity.py).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ from the config — SQLite for one process (`store.path`: `schema`, the one writ
 `sqlite_writer` with its writer process `sqlite_child`, `journal`, the one-process-per-journal
 `lock`) and PostgreSQL for any number of replicas (`store.url`: the `postgres` package); both
 writers share the queue, group commit and withdrawal of `writer`;
-the records (`records`), approvals (`approvals`) and the hash chain (`chain`, and `verify`'s
-streaming check `chainscan`) serve both, as do what keeps a month of journal cheap to look at:
+the records (`records`), approvals (`approvals`) and the keyed hash chain (`chain`, and
+`verify`'s streaming check `chainscan`, with the key and content checks of `chain_verify`)
+serve both, as do what keeps a month of journal cheap to look at:
 each session's counts kept with its steps (`counts`), lists read a page at a time
 (`listing`), only open sessions in memory (`sessionindex`), and retention that keeps the
 proof (`archiving`, its record `archives`, its files checked by `archivefile`).

@@ -8,28 +8,35 @@ with all its steps and approvals. Open sessions, and those a rollback left incom
 How the proof is kept, per batch (at most `BATCH_STEPS` steps and `BATCH_SESSIONS`
 sessions, so that one transaction stays short while agents keep writing):
 1. In one read snapshot: S is the last chain entry of any row of the batch. The chain from
-   the current start (the last cut, or the genesis) to S is checked link by link, every row of
-   the batch against its last entry, and every other row whose last entry is at or before S
-   (it survives, and will be chained again) against its own: archiving refuses to cut a chain
-   that does not verify, and never chains again a row edited by hand. The batch is written
-   to the archive file as one gzip member: every chain entry up to S in order, each archived
-   row right after its last entry, and a digest of it all.
+   the current start (the last cut, or the genesis) to S is checked link by link and key by
+   key (each entry's HMAC under the journal's chain key, `chain_verify.KeyCheck`), every row
+   of the batch against its last entry, and every other row whose last entry is at or before
+   S (it survives, and will be chained again) against its own: archiving refuses to cut a
+   chain that does not verify, and never chains again a row edited by hand. (Entries keyed
+   with another chain key, from before the credentials key was changed, cannot be checked
+   with this one: archiving refuses to cut them.) The batch is written to the archive file as
+   one gzip member: every chain entry up to S in order, keyed entries with their key_id and
+   row_hash, each archived row right after its last entry, and a digest of it all.
 2. One transaction (`write_all`): a guard fails it if any row of the batch changed after the
    snapshot (a read journaled into a committed session meanwhile); the surviving rows whose
    last entry is at or before S get a new entry (an UPDATE that changes nothing: their
-   content as now, chained by the writer as every change is); the batch's rows are deleted;
-   and an `archives` row, itself chained, records the batch: its sessions, counts, the file
-   and its digest, and the cut: entry S and its hash, after which the chain now starts.
+   content as now, chained by the writer as every change is, keyed); the batch's rows are
+   deleted; and an `archives` row, itself chained (keyed), records the batch: its sessions,
+   counts, the file and its digest, and the cut: entry S and its hash, after which the chain
+   now starts.
 3. The entries up to S are deleted (`verify` ignores them from step 2 on).
 `verify` then starts the chain at the last cut, checks the `archives` rows like any other,
 and still finds any edit, deletion or insertion among what remains. `verify --archive FILE`
-checks a file on its own (links, rows, digests) and against the journal's `archives` rows.
+checks a file on its own (links, keys, rows, digests) and against the journal's `archives`
+rows.
 
 The file: gzip members, one per batch, of JSON lines: a header (`undoproxy_archive`, the
 archive id, the cut before and after, its sessions), then `{"entry": [seq, table, row id,
-version, prev_hash, hash]}` lines with `{"row": table, "values": {...}}` lines (a blob as
-`{"b64": ...}`), then `{"end": {..., "sha256": ...}}`, the SHA-256 of every line before it.
-It holds what the journal held (session tokens, request bodies), so it is created mode 0600.
+version, prev_hash, hash, key_id, row_hash]}` lines (key_id and row_hash null for an entry
+from before keyed chains; format 1, written before keyed chains, has the first six only) with
+`{"row": table, "values": {...}}` lines (a blob as `{"b64": ...}`), then `{"end": {...,
+"sha256": ...}}`, the SHA-256 of every line before it. It holds what the journal held
+(session tokens, request bodies), so it is created mode 0600.
 """
 
 from __future__ import annotations
@@ -52,12 +59,14 @@ import aiosqlite
 
 from undoproxy.errors import JournalError, UndoproxyError
 from undoproxy.store import chain
+from undoproxy.store.chain_verify import KeyCheck, row_matches
 from undoproxy.store.chainscan import Cut
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import new_id
 
 log = logging.getLogger(__name__)
-FORMAT = 1
+FORMAT = 2  # 2: entries with their key_id and row_hash (keyed chains); 1 before
+FORMATS = (1, 2)  # what `archivefile` reads
 BATCH_STEPS = 10_000  # steps one archive transaction removes (a larger session goes alone)
 BATCH_SESSIONS = 500  # sessions one archive transaction removes
 CLOSED = ("committed", "rolled_back")
@@ -256,7 +265,7 @@ async def _one_batch(
             }
         )
         counts, cut_hash, entries = await _segment(
-            snap, member, lasts, base_seq, base_hash, cut_seq
+            snap, member, lasts, (base_seq, base_hash, cut_seq), chain.keyring(journal.box)
         )
         carried = await _survivors(snap, ids, base_seq, cut_seq)
         await _no_gone_rows(snap, base_seq, cut_seq)
@@ -330,26 +339,48 @@ async def _segment(
     snap: _Snapshot,
     member: _Member,
     lasts: dict[int, tuple[str, str]],
-    base_seq: int,
-    base_hash: str,
-    cut_seq: int,
+    span: tuple[int, str, int],
+    keys: Mapping[str, chain.ChainKey],
 ) -> tuple[dict[str, int], str, int]:
-    """Write the chain from the last cut to `cut_seq`, each archived row after its last
-    entry, checking both; (rows per table, the hash at the cut, entries)."""
+    """Write the chain from the last cut to the new one (`span`: the last cut's seq and hash,
+    the new cut's seq), each archived row after its last entry, checking both (each entry's
+    key with `keys`); (rows per table, the hash at the cut, entries)."""
+    base_seq, base_hash, cut_seq = span
     counts = {"sessions": 0, "steps": 0, "approvals": 0}
     head, entries = base_hash, 0
+    walk = KeyCheck(keys)
     async for e in snap.rows(
-        "SELECT seq, tbl, row_id, version, prev_hash, hash FROM chain "
+        "SELECT seq, tbl, row_id, version, prev_hash, hash, key_id, row_hash FROM chain "
         "WHERE seq > ? AND seq <= ? ORDER BY seq",
         (base_seq, cut_seq),
     ):
-        seq, digest = int(e["seq"]), str(e["hash"])
-        if e["prev_hash"] != head:
+        seq, digest, prev_hash = int(e["seq"]), str(e["hash"]), str(e["prev_hash"])
+        key_id, row_digest = e["key_id"], e["row_hash"]
+        if prev_hash != head:
             raise ArchiveError(
                 f"chain entry {seq} does not follow the one before it: the journal does not "
                 "verify (run `undoproxy verify`); nothing was archived"
             )
-        member.line({"entry": [seq, e["tbl"], e["row_id"], e["version"], e["prev_hash"], digest]})
+        wrong = walk.see(seq, e["tbl"], e["row_id"], prev_hash, digest, key_id, row_digest)
+        if wrong:
+            raise ArchiveError(
+                f"{wrong[0]}: the journal does not verify with this undoproxy's chain key (run "
+                "`undoproxy verify`); nothing was archived"
+            )
+        member.line(
+            {
+                "entry": [
+                    seq,
+                    e["tbl"],
+                    e["row_id"],
+                    e["version"],
+                    prev_hash,
+                    digest,
+                    key_id,
+                    row_digest,
+                ]
+            }
+        )
         entries += 1
         head = digest
         owned = lasts.get(seq)
@@ -357,9 +388,8 @@ async def _segment(
             continue
         table, row_id = owned
         row = await snap.row(f"SELECT * FROM {table} WHERE id = ?", (row_id,))
-        if (
-            row is None
-            or chain.entry_hash(str(e["prev_hash"]), chain.canonical(table, row.items())) != digest
+        if row is None or not row_matches(
+            table, row.items(), prev_hash, digest, key_id, row_digest
         ):
             raise ArchiveError(
                 f"{table[:-1]} {row_id} differs from what undoproxy journaled: the journal does "
@@ -380,14 +410,17 @@ async def _survivors(snap: _Snapshot, ids: list[str], base_seq: int, cut_seq: in
         owner = _OWNER.get(table)
         staying = f" AND t.{owner} NOT IN ({_in(ids)})" if owner else ""
         async for r in snap.rows(
-            f"SELECT c.seq AS _seq, c.prev_hash AS _prev, c.hash AS _hash, t.* FROM chain c "
+            "SELECT c.seq AS _seq, c.prev_hash AS _prev, c.hash AS _hash, c.key_id AS _key, "
+            f"c.row_hash AS _row_hash, t.* FROM chain c "
             f"JOIN {table} t ON t.id = c.row_id WHERE c.tbl = '{table}' AND c.seq > ? "
             "AND c.seq <= ? AND c.version = (SELECT max(version) FROM chain m "
             f"WHERE m.tbl = '{table}' AND m.row_id = c.row_id){staying}",
             (base_seq, cut_seq, *(ids if owner else ())),
         ):
-            values = list(r.items())[3:]
-            if chain.entry_hash(str(r["_prev"]), chain.canonical(table, values)) != r["_hash"]:
+            values = list(r.items())[5:]
+            if not row_matches(
+                table, values, str(r["_prev"]), str(r["_hash"]), r["_key"], r["_row_hash"]
+            ):
                 raise ArchiveError(
                     f"{table[:-1]} {r['id']} differs from what undoproxy journaled: the journal "
                     "does not verify (run `undoproxy verify`); nothing was archived"

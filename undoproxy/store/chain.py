@@ -1,63 +1,76 @@
-"""The journal's hash chain: every version of every step, session and approval row, in order.
+"""The journal's keyed hash chain: every version of every step, session, approval and archive
+row (`TABLES`; `archives` records what retention removed, `archiving.py`).
 
-`chain` is an append-only table (seq, tbl, row_id, version, prev_hash, hash). Each insert or
-update of a row of `steps`, `sessions` or `approvals` appends one entry, in the same
+`chain` is an append-only table (seq, tbl, row_id, version, prev_hash, hash, key_id,
+row_hash). Each insert or update of a row of a chained table appends one entry, in the same
 transaction: the row's version (1 when inserted, then 2, 3, ...) and
 
-    hash = SHA-256(prev_hash || "\\n" || canonical(table, row as stored after the change))
+    row_hash = SHA-256(canonical(table, row as stored after the change))
+    hash     = HMAC-SHA256(chain key, prev_hash, table, row_id, row_hash)
 
-where prev_hash is the hash of the entry before it (64 zeros for the first). The canonical
-form is JSON with sorted keys and no spaces, `[table, {column: value}]`, over every column of
-the row as SQLite returns it: text as a string (non-ASCII escaped), integers as integers,
-reals in Python's shortest exact repr (1 and 1.0 differ), a blob as {"sha256": its digest};
-NULL columns are left out, so a migration that adds a nullable column keeps every hash valid
-(one that adds a column with a non-NULL default must rehash the latest entries).
+(the four as one message, each after its length: `64:<prev_hash>5:steps...`), where
+prev_hash is the hash of the entry before it (64 zeros for the first) and key_id names
+the chain key (`ChainKey.id`). Every entry is thus authenticated on its own, the link to the
+one before it included: an entry edited, inserted, moved, deleted (its successor's prev_hash
+no longer fits) or appended without the key fails its own check, whether or not its row has
+changed since. The version is not in the HMAC: it follows from the order, which is.
+
+The chain key is derived from the credentials key with HKDF-SHA256
+(`CredentialBox.derive(KEY_PURPOSE)`), so it lives outside the journal, next to that key
+(`state_dir/credentials.key` or UNDOPROXY_CREDENTIALS_KEY). Why derived and not a file of its
+own: replicas and containers already share the credentials key, and a replica whose key
+differs refuses to start (`claim_key`), so every writer of a journal has the same chain key
+with nothing new to distribute, back up or lose apart from it (a second file could be
+restored without the first, or differ between replicas, and leave a journal unverifiable);
+and the derivation is one-way, so the HMAC key is not the key that encrypts credentials.
+
+The canonical form is JSON with sorted keys and no spaces, `[table, {column: value}]`, over
+every column of the row as SQLite returns it: text as a string (non-ASCII escaped), integers
+as integers, reals in Python's shortest exact repr (1 and 1.0 differ), a blob as
+{"sha256": its digest}; NULL columns are left out, so a migration that adds a nullable column
+keeps every hash valid (one that adds a column with a non-NULL default must rehash the latest
+entries).
+
+Entries written before keyed chains have no key_id and no row_hash: their hash is
+SHA-256(prev_hash || "\n" || canonical), which anyone can recompute. When undoproxy first opens
+such a journal with a key, it appends a keying entry (tbl `chain`, row_id `keyed`) over the
+unkeyed head; from then on every entry is keyed, and rewriting the unkeyed part would change
+the prev_hash the keying entry authenticates.
 
 How entries are written: the journal writer's connection (and no other) carries TEMP triggers
-AFTER INSERT and AFTER UPDATE on the three tables, which keep the row's NEW values and its
+AFTER INSERT and AFTER UPDATE on the chained tables, which keep the row's NEW values and its
 version for the transaction; the writer hashes the transaction's new entries and appends them
 just before its COMMIT (`install` returns that step). So every change made through the one
 write path — a single row, an executemany batch or a set-based UPDATE (`WHERE
 status='held'`) — gets its entry from the row exactly as committed, in the transaction that
 changed it; a rolled-back batch takes its entries with it. A connection without the triggers
-(the sqlite3 CLI, another program) changes rows without entries, which is what `verify`
-detects.
-
-What `verify` checks (read-only, in one read transaction, so it works while undoproxy runs):
-- the links: each entry's prev_hash is the hash of the entry before it (an entry deleted,
-  inserted or moved breaks the link at that point), and each row's versions follow each other
-  1, 2, 3... (a deleted entry leaves a gap that names its row);
-- each row's content: recomputed from the row as stored, it matches the hash of the row's last
-  entry (any column edited afterwards, in any way, does not);
-- presence: every row has an entry (a row inserted outside undoproxy has none), every row the
-  chain names still exists (a deleted row does not).
-Nothing in undoproxy deletes these rows; a retention feature would have to chain its deletions
-(a tombstone entry) for `verify` to tell them from tampering.
-Not covered: `settings`, `migrations` and the chain's own tail. Without a secret, anyone who
-can write the file and knows this scheme can recompute the chain, or cut its last entries
-together with their rows; `verify` prints the chain's head so that it can be recorded
-elsewhere, and `verify --head HASH` later fails if the chain no longer contains it.
+(the sqlite3 CLI, another program) changes rows without entries, and without the key it
+cannot write one: that is what `verify` detects (chainscan.py streams the journal;
+chain_verify.py checks each entry's key and each row's content, for it, for archive files
+and for archiving before it cuts the chain).
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
 import hashlib
+import hmac
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
 
 import aiosqlite
 
 GENESIS = "0" * 64
 # What the chain covers, in backfill order; `archives`: what retention removed (archiving.py).
 TABLES = ("sessions", "steps", "approvals", "archives")
-_NOUN = {"sessions": "session", "steps": "step", "approvals": "approval", "archives": "archive"}
+KEY_PURPOSE = b"undoproxy journal chain v1"  # HKDF info of the chain key
+KEYING_TABLE, KEYING_ROW = "chain", "keyed"  # the keying entry (see the module docstring)
+# SQLite's (after main's 005_session_counts and 006_archives); PostgreSQL's is
+# postgres/schema.py's.
+KEYED_MIGRATION = "007_keyed_chain"
 
 CREATE = """
 CREATE TABLE chain (
@@ -69,6 +82,11 @@ CREATE TABLE chain (
     hash TEXT NOT NULL
 );
 CREATE UNIQUE INDEX chain_by_row ON chain (tbl, row_id, version)
+"""
+# Both NULL in an entry from before keyed chains.
+ADD_KEYS = """
+ALTER TABLE chain ADD COLUMN key_id TEXT;
+ALTER TABLE chain ADD COLUMN row_hash TEXT
 """
 _LAST = f"coalesce((SELECT hash FROM chain ORDER BY seq DESC LIMIT 1), '{GENESIS}')"
 
@@ -87,24 +105,98 @@ def canonical(table: str, row: Iterable[tuple[str, Any]]) -> bytes:
     return _ENCODER.encode([table, body]).encode()
 
 
+def row_hash(payload: bytes) -> str:
+    """SHA-256 of a row's canonical form, hex: what a keyed entry says its row was."""
+    return hashlib.sha256(payload).hexdigest()
+
+
 def entry_hash(prev_hash: str, payload: bytes) -> str:
-    """SHA-256 of the previous entry's hash and a row's canonical form, hex."""
+    """An unkeyed entry's hash (from before keyed chains): SHA-256 of the previous entry's
+    hash and a row's canonical form, hex."""
     return hashlib.sha256(prev_hash.encode("ascii") + b"\n" + payload).hexdigest()
 
 
-def install(conn: sqlite3.Connection) -> Callable[[], None]:
-    """Make every insert and update of a chained table on `conn` append its chain entry;
-    returns `seal`, to be called in each transaction just before its COMMIT.
+class KeySource(Protocol):
+    """What a chain key is derived from: the credentials key (`CredentialBox`)."""
+
+    def derive(self, purpose: bytes) -> bytes:
+        """A key for `purpose`, derived one-way from this one."""
+        ...
+
+
+@dataclass(frozen=True)
+class ChainKey:
+    """The key every new entry is authenticated with (HMAC-SHA256). `id` names it in each
+    entry: a digest of a fixed text under the key, which reveals nothing of it."""
+
+    secret: bytes = field(repr=False)
+
+    @classmethod
+    def of(cls, source: KeySource) -> ChainKey:
+        """The chain key of an installation, derived from its credentials key."""
+        return cls(source.derive(KEY_PURPOSE))
+
+    @cached_property
+    def id(self) -> str:
+        """16 hex digits that name this key."""
+        return hmac.digest(self.secret, b"undoproxy chain key id", "sha256").hex()[:16]
+
+    @cached_property
+    def _hmac(self) -> hmac.HMAC:
+        # Keyed once; each entry copies it (half the cost of hmac.digest, which keys anew).
+        return hmac.new(self.secret, digestmod=hashlib.sha256)
+
+    def entry_hash(self, prev_hash: str, table: str, row_id: str, row_digest: str) -> str:
+        """A keyed entry's hash (see the module docstring), hex."""
+        mac = self._hmac.copy()
+        mac.update(_fields(prev_hash, table, row_id, row_digest))
+        return mac.hexdigest()
+
+
+def _fields(*values: str) -> bytes:
+    """The strings as one message that no other strings make: each after its length."""
+    return "".join(f"{len(v)}:{v}" for v in values).encode()
+
+
+def keyring(*sources: KeySource) -> dict[str, ChainKey]:
+    """The chain keys of these credentials keys, by id (what `verify` checks entries with)."""
+    keys = [ChainKey.of(source) for source in sources]
+    return {key.id: key for key in keys}
+
+
+def keying_row_hash(key_id: str) -> str:
+    """The row_hash of the keying entry: what it stands for, the key that begins."""
+    return row_hash(canonical(KEYING_TABLE, [("id", KEYING_ROW), ("key_id", key_id)]))
+
+
+def keying_entry(prev_hash: str, version: int, key: ChainKey) -> tuple[Any, ...]:
+    """(tbl, row_id, version, prev_hash, hash, key_id, row_hash) of a keying entry."""
+    digest = keying_row_hash(key.id)
+    entry = key.entry_hash(prev_hash, KEYING_TABLE, KEYING_ROW, digest)
+    return (KEYING_TABLE, KEYING_ROW, version, prev_hash, entry, key.id, digest)
+
+
+INSERT_ENTRY = (
+    "INSERT INTO main.chain (tbl, row_id, version, prev_hash, hash, key_id, row_hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def install(conn: sqlite3.Connection, key: ChainKey) -> Callable[[], None]:
+    """Make every insert and update of a chained table on `conn` append its chain entry,
+    keyed with `key`; returns `append`, to be called in each transaction just before its
+    COMMIT. Keys the chain first when its last entry is unkeyed (`key_the_chain`).
 
     Call it once on the journal writer's connection, after the migrations: the triggers name
     the columns the tables have now. A trigger copies the row as stored, with its table, id
     and version, into one TEMP table with untyped columns (so every value keeps its type and
-    bytes): plain SQL, no Python inside SQLite's step. `seal` then reads the transaction's new
-    entries in order, hashes them in one pass (the same canonical form and hash as `verify`
-    computes from the rows) and appends them to `chain` in one statement. (A Python call per
-    entry from inside the trigger had to win the GIL back from the event loop twice per
-    mutation, and cost 12 % of journaled mutations at 8 clients: bench/README.md; the entries
-    are written once, with their hash, and the seal is four statements per transaction.)
+    bytes): plain SQL, no Python inside SQLite's step. `append` then reads the transaction's
+    new entries in order, hashes them in one pass (the same canonical form and hashes as
+    `verify` computes from the rows) and appends them to `chain` in one statement. (A Python
+    call per entry from inside the trigger had to win the GIL back from the event loop twice
+    per mutation, and cost 12 % of journaled mutations at 8 clients: bench/README.md; the
+    entries are written once, with their hash, and `append` is four statements per
+    transaction.)
     """
     columns = {t: _columns(conn, t) for t in TABLES}
     width = max(len(names) for names in columns.values())
@@ -132,8 +224,10 @@ def install(conn: sqlite3.Connection) -> Callable[[], None]:
                 f"INSERT INTO chain_new (tbl, row_id, version, {into}) "
                 f"VALUES ('{table}', NEW.id, {version}, {new}); END"
             )
+    key_the_chain(conn, key)
+    key_id, keyed = key.id, key.entry_hash
 
-    def seal() -> None:
+    def append() -> None:
         pending = conn.execute("SELECT * FROM temp.chain_new ORDER BY chain_seq").fetchall()
         if not pending:
             return
@@ -142,17 +236,34 @@ def install(conn: sqlite3.Connection) -> Callable[[], None]:
         entries = []
         for _, table, row_id, version, *values in pending:
             names = columns[table]
-            row = zip(names, values[: len(names)], strict=True)
-            digest = entry_hash(prev, canonical(table, row))
-            entries.append((table, row_id, version, prev, digest))
-            prev = digest
-        conn.executemany(
-            "INSERT INTO main.chain (tbl, row_id, version, prev_hash, hash) VALUES (?, ?, ?, ?, ?)",
-            entries,
-        )
+            digest = row_hash(canonical(table, zip(names, values[: len(names)], strict=True)))
+            entry = keyed(prev, table, row_id, digest)
+            entries.append((table, row_id, version, prev, entry, key_id, digest))
+            prev = entry
+        conn.executemany(INSERT_ENTRY, entries)
         conn.execute("DELETE FROM temp.chain_new")
 
-    return seal
+    return append
+
+
+def key_the_chain(conn: sqlite3.Connection, key: ChainKey) -> None:
+    """Append the keying entry, in a transaction of its own, when the chain's last entry is
+    unkeyed (a journal from before keyed chains, or one such an undoproxy wrote to since)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        last = conn.execute(
+            "SELECT hash, key_id FROM main.chain ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        if last is not None and last[1] is None:
+            (version,) = conn.execute(
+                "SELECT coalesce(max(version), 0) + 1 FROM main.chain WHERE tbl=? AND row_id=?",
+                (KEYING_TABLE, KEYING_ROW),
+            ).fetchone()
+            conn.execute(INSERT_ENTRY, keying_entry(str(last[0]), int(version), key))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -160,7 +271,8 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 
 
 async def backfill(conn: aiosqlite.Connection) -> None:
-    """Chain the rows a journal already has (migration 004, inside its transaction)."""
+    """Chain the rows a journal already has (migration 004, inside its transaction): unkeyed,
+    as chains were then; the writer keys the chain when it opens the journal."""
     async with conn.execute(f"SELECT {_LAST}") as cur:
         row = await cur.fetchone()
     prev = str(row[0]) if row else GENESIS
@@ -183,183 +295,3 @@ async def backfill(conn: aiosqlite.Connection) -> None:
 async def _exists(conn: aiosqlite.Connection, table: str) -> bool:
     async with conn.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)) as cur:
         return await cur.fetchone() is not None
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing `verify` found wrong; `position` orders problems (chain seq, then rowid)."""
-
-    position: tuple[int, int]
-    table: str
-    row_id: str
-    what: str
-    where: str = ""  # e.g. "session s1, #3" for a step still in the journal
-
-    def __str__(self) -> str:
-        where = f" ({self.where})" if self.where else ""
-        return f"{_NOUN.get(self.table, self.table)} {self.row_id}{where}: {self.what}"
-
-
-@dataclass(frozen=True)
-class Report:
-    """What `verify` saw: how many rows it checked, the chain's head, and the problems."""
-
-    steps: int
-    sessions: int
-    approvals: int
-    entries: int
-    head: str
-    problems: list[Problem]
-
-
-class NoChain(Exception):
-    """The journal has no chain table yet (no undoproxy with migration 004 has opened it)."""
-
-
-def verify(path: Path, *, heads: Iterable[str] = ()) -> Report:
-    """Check the chain of the journal at `path`, read-only (undoproxy may be running).
-
-    `heads`: hashes an earlier verify printed; the chain must still contain each of them (what
-    came before a recorded head cannot be rewritten without losing it).
-    Raises sqlite3.Error when the file cannot be read as a journal, NoChain without a chain.
-    """
-    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None)
-    # A text column edited into invalid UTF-8 must be reported, not crash the check.
-    conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
-    try:
-        conn.execute("PRAGMA busy_timeout=5000")
-        conn.execute("BEGIN")  # one snapshot: the rows and the chain as of one commit
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='chain'").fetchone():
-            migrated = (
-                conn.execute("SELECT 1 FROM sqlite_master WHERE name='migrations'").fetchone()
-                and conn.execute("SELECT 1 FROM migrations WHERE name='004_chain'").fetchone()
-            )
-            if migrated:
-                raise NoChain(f"{path} had a hash chain, and its chain table was dropped")
-            raise NoChain(f"{path} has no hash chain yet: start undoproxy once to add it")
-        report = check(
-            conn.execute(
-                "SELECT seq, tbl, row_id, version, prev_hash, hash FROM chain ORDER BY seq"
-            ),
-            lambda table: _sqlite_rows(conn, table),
-        )
-        missing = [
-            Problem(
-                (0, 0),
-                "chain",
-                head,
-                "this head, recorded earlier, is no longer in the chain: it was rewritten or cut",
-            )
-            for head in heads
-            if not conn.execute("SELECT 1 FROM chain WHERE hash=?", (head,)).fetchone()
-        ]
-        return dataclasses.replace(report, problems=missing + report.problems)
-    finally:
-        conn.close()
-
-
-def _sqlite_rows(conn: sqlite3.Connection, table: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    cur = conn.execute(f"SELECT rowid AS _rowid, * FROM {table} ORDER BY rowid")
-    names = [d[0] for d in cur.description][1:]
-    for rowid, *values in cur:
-        yield rowid, dict(zip(names, values, strict=True))
-
-
-Entry = tuple[int, str, str, int, str, str]  # seq, tbl, row_id, version, prev_hash, hash
-
-
-def check(
-    chain: Iterable[Entry], rows: Callable[[str], Iterable[tuple[int, dict[str, Any]]]]
-) -> Report:
-    """Check the chain's entries (in order) against each table's rows, as (position, row)
-    pairs with every column; the same check for every store (see the module docstring)."""
-    problems: list[Problem] = []
-    breaks: list[int] = []  # chain seqs where a link is broken
-    gaps: list[tuple[int, int, Problem]] = []  # a row's missing version: between these seqs
-    last: dict[tuple[str, str], tuple[int, int, str, str]] = {}  # (table, id) -> last entry
-    prev, entries, before_it = GENESIS, 0, "the start"
-    for seq, table, row_id, version, prev_hash, digest in chain:
-        entries += 1
-        if prev_hash != prev:
-            breaks.append(seq)
-            problems.append(
-                Problem(
-                    (seq, 0),
-                    table,
-                    row_id,
-                    f"chain entry {seq} does not follow {before_it} "
-                    "(an entry was deleted, inserted, moved or edited)",
-                )
-            )
-        prev, before_it = digest, f"entry {seq} ({_NOUN.get(table, table)} {row_id})"
-        before = last.get((table, row_id))
-        expected = before[1] + 1 if before else 1
-        if version > expected:
-            what = f"version {expected} is missing from the chain (a chain entry was deleted)"
-            gaps.append((before[0] if before else 0, seq, Problem((seq, -1), table, row_id, what)))
-        elif version < expected:
-            what = f"chain entry {seq} is version {version}, after version {expected - 1}"
-            problems.append(Problem((seq, 0), table, row_id, what + " (entries were moved)"))
-        last[(table, row_id)] = (seq, version, prev_hash, digest)
-    for after, seq, gap in gaps:
-        # The missing entry sat where the first broken link after the row's previous entry is.
-        i = bisect.bisect_left(breaks, after + 1)
-        at = breaks[i] if i < len(breaks) and breaks[i] <= seq else seq
-        problems.append(dataclasses.replace(gap, position=(at, -1)))
-    counts = {}
-    wheres: dict[tuple[str, str], str] = {}  # where each step is, to name it in any problem
-    for table in TABLES:
-        n = 0
-        for rowid, row in rows(table):
-            n += 1
-            where = f"session {row['session_id']}, #{row['seq']}" if table == "steps" else ""
-            wheres[(table, row["id"])] = where
-            entry = last.pop((table, row["id"]), None)
-            if entry is None:
-                problems.append(
-                    Problem(
-                        (2**62, rowid),
-                        table,
-                        row["id"],
-                        "not in the chain: added to the database outside undoproxy",
-                        where,
-                    )
-                )
-                continue
-            seq, _, prev_hash, digest = entry
-            if entry_hash(prev_hash, canonical(table, row.items())) != digest:
-                problems.append(
-                    Problem(
-                        (seq, 1),
-                        table,
-                        row["id"],
-                        f"its content differs from what undoproxy journaled (chain entry {seq}): "
-                        "the row was edited outside undoproxy",
-                        where,
-                    )
-                )
-        counts[table] = n
-    for (table, row_id), (seq, *_) in last.items():
-        problems.append(
-            Problem(
-                (seq, 2),
-                table,
-                row_id,
-                f"deleted: the chain has it (entry {seq}), the journal does not",
-            )
-        )
-    problems = sorted(
-        (
-            dataclasses.replace(p, where=p.where or wheres.get((p.table, p.row_id), ""))
-            for p in problems
-        ),
-        key=lambda p: p.position,
-    )
-    return Report(
-        steps=counts["steps"],
-        sessions=counts["sessions"],
-        approvals=counts["approvals"],
-        entries=entries,
-        head=prev,
-        problems=problems,
-    )

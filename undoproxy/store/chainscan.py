@@ -1,26 +1,38 @@
-"""`undoproxy verify` in constant memory: the chain's check (`chain`'s module docstring says what
-it checks) as four streaming passes over the database, whatever the journal's size.
+"""`undoproxy verify` in constant memory: the keyed chain (`chain`) checked against the
+journal's rows as four streaming passes over the database, whatever the journal's size.
 
-The whole-journal check of `chain.check` kept every row's last entry in memory (719 MB at a
-million steps). Here the database does the joins and each pass reads rows in order, keeping
-only the row it is on:
-1. links: the entries in `seq` order, each `prev_hash` against the hash before it;
+A check that kept every row's last entry in memory took 719 MB at a million steps. Here the
+database does the joins and each pass reads rows in order, keeping only the row it is on:
+1. links and keys: the entries in `seq` order, each `prev_hash` against the hash before it
+   (an entry deleted, inserted or moved breaks the link there), and each entry's key
+   (`chain_verify.KeyCheck`: its HMAC under the chain key its key_id names, no unkeyed entry
+   once keyed ones began, the keying entry undoproxy's);
 2. versions: the entries in (table, row, version) order, the chain's unique index: each row's
    versions follow each other, and in the chain's order;
 3. content: every row of each table with its last entry (an index lookup per row), its
-   canonical form hashed against it; a row without an entry was added outside undoproxy;
+   canonical form against that entry's row_hash (`chain_verify.row_matches`; the SHA-256 hash
+   of an entry from before keyed chains); a row without an entry was added outside
+   undoproxy;
 4. presence: every row the chain names that the table no longer has.
-What is kept is bounded: the first `PROBLEMS_KEPT` problems by position (the rest counted)
-and as many link breaks, to place a missing version at the break it caused.
+Then a chain with entries and no keyed one, in a journal that records the migration that
+keyed it, lost its keys (they were rewritten without the key). What is kept is bounded: the
+first `PROBLEMS_KEPT` problems by position (the rest counted), as many link breaks, to place
+a missing version at the break it caused, and the ids of the keys verify was given.
+
+Keys: verify is given the chain keys (`chain.keyring` of the credentials key, and of older
+ones: `--key-file`); entries under a key it was not given cannot be checked, and fail.
 
 Retention (`archiving`) cuts the chain's oldest entries together with the rows it archives:
 the chain then starts after the last archive's cut, at its `chain_hash` (the `archives` row
-that says so is chained itself), and a row's first entry after a cut may be any version.
+that says so is chained and keyed itself, so the cut cannot be moved without the key), and a
+row's first entry after a cut may be any version. Entries after a cut may be unkeyed until
+the keying entry (entries from before keyed chains that survived the cut), as at the start.
 
 Incremental (`since`: a head an earlier verify printed): only what came after that entry is
-checked: the links from it on, and the versions, content and presence of every row with an
-entry after it. A row changed outside undoproxy without a new entry (an edit by hand of a row
-journaled before that head), or added by hand, is found by a full verify only.
+checked: the links and keys from it on (every entry keyed when that head was), and the
+versions, content and presence of every row with an entry after it. A row changed outside
+undoproxy without a new entry (an edit by hand of a row journaled before that head), or
+added by hand, is found by a full verify only.
 
 `Scan` holds the passes' logic; `verify_sqlite` feeds it from a SQLite journal file, and
 `postgres.verify` from a PostgreSQL journal.
@@ -33,28 +45,29 @@ import heapq
 import itertools
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from undoproxy.store import chain
-from undoproxy.store.chain import GENESIS, TABLES, NoChain, Problem
+from undoproxy.store.chain import GENESIS, KEYED_MIGRATION, TABLES, ChainKey
+from undoproxy.store.chain_verify import NOUN, KeyCheck, NoChain, Problem, Report, row_matches
+
+__all__ = [
+    "Cut",
+    "Head",
+    "NoChain",
+    "Problem",
+    "Progress",
+    "Report",
+    "Scan",
+    "Ticker",
+    "verify_sqlite",
+]
 
 PROBLEMS_KEPT = 1000  # problems a report names (by position); more are counted
-_NOUN = {"sessions": "session", "steps": "step", "approvals": "approval", "archives": "archive"}
 Progress = Callable[[str, int, int], None]  # (what, done, total)
-
-
-@dataclass(frozen=True)
-class Report(chain.Report):
-    """What `verify` saw (`chain.Report`), with how many problems were left unnamed, the
-    archive cut the chain starts after, and the head an incremental verify started from."""
-
-    more: int = 0
-    archive: str | None = None
-    since: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,19 +79,39 @@ class Cut:
     hash: str
 
 
+@dataclass(frozen=True)
+class Head:
+    """The entry an incremental verify starts after: its seq, its hash, its key (None: an
+    unkeyed entry, so keyed ones may still begin after it)."""
+
+    seq: int
+    hash: str
+    key_id: str | None
+
+
 class Scan:
     """The four passes' logic, fed row by row (see the module docstring)."""
 
-    def __init__(self, *, cut: Cut | None = None, since: tuple[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        keys: Mapping[str, ChainKey],
+        *,
+        cut: Cut | None = None,
+        since: Head | None = None,
+        keyed_by_migration: bool = False,
+    ) -> None:
+        self.keyed = KeyCheck(keys)
         self.cut = cut
         self.since = since
+        self.keyed_by_migration = keyed_by_migration
         self._kept: list[tuple[tuple[int, int], int, Problem]] = []  # a max-heap (negated)
         self._order = itertools.count()
         self.more = 0
         self._breaks: list[int] = []  # seqs of broken links (at most PROBLEMS_KEPT)
         self.entries = 0
         if since is not None:
-            self.head, self._before = since[1], f"entry {since[0]} (the head verified from)"
+            self.head, self._before = since.hash, f"entry {since.seq} (the head verified from)"
+            self.keyed.start_after(since.key_id, since.seq)
         elif cut is not None:
             self.head, self._before = cut.hash, f"archive {cut.archive}'s cut (entry {cut.seq})"
         else:
@@ -99,11 +132,22 @@ class Scan:
         if item > self._kept[0]:  # nearer the start than the furthest kept
             heapq.heapreplace(self._kept, item)
 
-    # --- 1. links ------------------------------------------------------------------------
+    # --- 1. links and keys ---------------------------------------------------------------
 
-    def entry(self, seq: int, table: str, row_id: str, prev_hash: str, digest: str) -> None:
-        """The next entry in chain order."""
+    def entry(
+        self,
+        seq: int,
+        table: str,
+        row_id: str,
+        prev_hash: str,
+        digest: str,
+        key_id: str | None = None,
+        row_digest: str | None = None,
+    ) -> None:
+        """The next entry in chain order (key_id and row_digest None: an unkeyed one)."""
         self.entries += 1
+        for what in self.keyed.see(seq, table, row_id, prev_hash, digest, key_id, row_digest):
+            self.problem(Problem((seq, 0), table, row_id, what))
         if prev_hash != self.head:
             if len(self._breaks) < PROBLEMS_KEPT:
                 self._breaks.append(seq)
@@ -117,7 +161,7 @@ class Scan:
                 )
             )
         self.head = digest
-        self._before = f"entry {seq} ({_NOUN.get(table, table)} {row_id})"
+        self._before = f"entry {seq} ({NOUN.get(table, table)} {row_id})"
 
     # --- 2. versions ---------------------------------------------------------------------
 
@@ -154,9 +198,10 @@ class Scan:
         table: str,
         position: int,
         row: Iterable[tuple[str, Any]],
-        last: tuple[int, str, str] | None,
+        last: tuple[int, str, str, str | None, str | None] | None,
     ) -> None:
-        """A row of `table` (its columns as stored) with its last entry (seq, prev, hash)."""
+        """A row of `table` (its columns as stored) with its last entry (seq, prev_hash,
+        hash, key_id, row_hash)."""
         self.counts[table] += 1
         values = list(row)
         named = dict(values)
@@ -165,8 +210,8 @@ class Scan:
             what = "not in the chain: added to the database outside undoproxy"
             self.problem(Problem((2**62, position), table, named["id"], what, where))
             return
-        seq, prev_hash, digest = last
-        if chain.entry_hash(prev_hash, chain.canonical(table, values)) != digest:
+        seq, prev_hash, digest, key_id, row_digest = last
+        if not row_matches(table, values, prev_hash, digest, key_id, row_digest):
             self.problem(
                 Problem(
                     (seq, 1),
@@ -193,6 +238,11 @@ class Scan:
 
     def report(self, wheres: Callable[[list[str]], dict[str, str]]) -> Report:
         """The report; `wheres` names where steps still in the journal are (id -> text)."""
+        lost = self.keyed.keys_lost(
+            self.entries, self.head, keyed_by_migration=self.keyed_by_migration
+        )
+        if lost is not None:
+            self.problem(lost)
         found = self.problems()
         unplaced = [p.row_id for p in found if p.table == "steps" and not p.where]
         where = wheres(unplaced) if unplaced else {}
@@ -205,8 +255,11 @@ class Scan:
             head=self.head,
             problems=found,
             more=self.more,
+            keyed_from=self.keyed.keyed_from,
+            unkeyed=self.keyed.unkeyed,
+            key_ids=tuple(self.keyed.key_ids),
             archive=self.cut.archive if self.cut else None,
-            since=self.since[1] if self.since else None,
+            since=self.since.hash if self.since else None,
         )
 
 
@@ -249,14 +302,16 @@ def verify_sqlite(
     since: str | None = None,
     progress: Progress | None = None,
     archived_heads: Iterable[str] = (),
+    keys: Mapping[str, ChainKey] | None = None,
 ) -> Report:
     """Check the chain of the SQLite journal at `path`, read-only, in one read transaction
     (undoproxy may be running), in constant memory.
 
-    `heads`: hashes an earlier verify printed, which the chain must still contain (or an
-    archive checked with them, `archived_heads`). `since`: check only what came after that
-    head. Raises sqlite3.Error when the file cannot be read as a journal, NoChain without a
-    chain, ValueError when `since` is not in the chain.
+    `keys`: the chain keys by id (`chain.keyring`); a keyed entry under a key not given
+    cannot be checked, and is a problem. `heads`: hashes an earlier verify printed, which the
+    chain must still contain (or an archive checked with them, `archived_heads`). `since`:
+    check only what came after that head. Raises sqlite3.Error when the file cannot be read
+    as a journal, NoChain without a chain, ValueError when `since` is not in the chain.
     """
     conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None)
     # A text column edited into invalid UTF-8 must be reported, not crash the check.
@@ -265,22 +320,26 @@ def verify_sqlite(
         conn.execute("PRAGMA busy_timeout=5000")
         conn.execute("BEGIN")  # one snapshot: the rows and the chain as of one commit
         if not _has(conn, "chain"):
-            migrated = (
-                _has(conn, "migrations")
-                and conn.execute("SELECT 1 FROM migrations WHERE name='004_chain'").fetchone()
-            )
-            if migrated:
+            if _migrated(conn, "004_chain"):
                 raise NoChain(f"{path} had a hash chain, and its chain table was dropped")
             raise NoChain(f"{path} has no hash chain yet: start undoproxy once to add it")
         cut = sqlite_cut(conn)
+        keyed = _keyed_columns(conn)
         start = None
         if since is not None:
-            found = conn.execute("SELECT seq FROM chain WHERE hash=?", (since,)).fetchone()
+            found = conn.execute(
+                f"SELECT seq, {_keyed_select(keyed)} FROM chain WHERE hash=?", (since,)
+            ).fetchone()
             if found is None:
                 raise ValueError(f"the head {since} is not in the chain: verify it all")
-            start = (int(found[0]), since)
-        scan = Scan(cut=cut, since=start)
-        _scan_sqlite(conn, scan, Ticker(progress))
+            start = Head(int(found[0]), since, found[1])
+        scan = Scan(
+            keys or {},
+            cut=cut,
+            since=start,
+            keyed_by_migration=_migrated(conn, KEYED_MIGRATION),
+        )
+        _scan_sqlite(conn, scan, Ticker(progress), keyed)
         archived = set(archived_heads)
         missing = [
             head_problem(head, cut)
@@ -299,6 +358,24 @@ def _has(conn: sqlite3.Connection, table: str) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone() is not None
 
 
+def _migrated(conn: sqlite3.Connection, name: str) -> bool:
+    if not _has(conn, "migrations"):
+        return False
+    return bool(conn.execute("SELECT 1 FROM migrations WHERE name=?", (name,)).fetchone())
+
+
+def _keyed_columns(conn: sqlite3.Connection) -> bool:
+    """Whether the chain has its key_id and row_hash columns (not in a journal from before
+    keyed chains that no undoproxy opened since: its entries are then all unkeyed)."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(chain)")}
+    return {"key_id", "row_hash"} <= columns
+
+
+def _keyed_select(keyed: bool, alias: str = "") -> str:
+    """An entry's key_id and row_hash, as selected (NULLs without the columns)."""
+    return f"{alias}key_id, {alias}row_hash" if keyed else "NULL, NULL"
+
+
 def sqlite_cut(conn: sqlite3.Connection) -> Cut | None:
     """The last archive's cut, if the journal was ever archived."""
     if not _has(conn, "archives"):
@@ -309,22 +386,24 @@ def sqlite_cut(conn: sqlite3.Connection) -> Cut | None:
     return Cut(str(row[0]), int(row[1]), str(row[2])) if row else None
 
 
-def bounds(cut: Cut | None, since: tuple[int, str] | None) -> tuple[int, int, bool]:
+def bounds(cut: Cut | None, since: Head | None) -> tuple[int, int, bool]:
     """The chain seq the chain starts after (the cut's), the one the scan starts after (or
     the head verified from), and whether it checks only rows changed after it."""
     floor = cut.seq if cut else 0
-    return floor, max(floor, since[0] if since else 0), since is not None
+    return floor, max(floor, since.seq if since else 0), since is not None
 
 
-def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, ticker: Ticker) -> None:
+def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, ticker: Ticker, keyed: bool) -> None:
     # Entries up to a cut are ignored: an archive deletes them right after its commit.
     floor, low, incremental = bounds(scan.cut, scan.since)
     total = conn.execute("SELECT count(*) FROM chain WHERE seq > ?", (low,)).fetchone()[0]
     cur = conn.execute(
-        "SELECT seq, tbl, row_id, prev_hash, hash FROM chain WHERE seq > ? ORDER BY seq", (low,)
+        f"SELECT seq, tbl, row_id, prev_hash, hash, {_keyed_select(keyed)} FROM chain "
+        "WHERE seq > ? ORDER BY seq",
+        (low,),
     )
-    for n, (seq, table, row_id, prev_hash, digest) in enumerate(cur, 1):
-        scan.entry(seq, table, row_id, prev_hash, digest)
+    for n, entry in enumerate(cur, 1):
+        scan.entry(*entry)
         ticker.tick("chain links", n, total)
     rows_later = (
         " AND (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > ?)" if incremental else ""
@@ -343,7 +422,7 @@ def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, ticker: Ticker) -> None:
             f"c.version = (SELECT max(version) FROM chain m WHERE m.tbl = '{table}' "
             "AND m.row_id = t.id) AND c.seq > ?"
         )
-        head = "SELECT t.rowid, c.seq, c.prev_hash, c.hash, t.*"
+        head = f"SELECT t.rowid, c.seq, c.prev_hash, c.hash, {_keyed_select(keyed, 'c.')}, t.*"
         if incremental:
             rows = (
                 f"{head} FROM chain c JOIN {table} t ON t.id = c.row_id "
@@ -356,9 +435,9 @@ def _scan_sqlite(conn: sqlite3.Connection, scan: Scan, ticker: Ticker) -> None:
             )
         count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         cur = conn.execute(rows, (low,))
-        names = [d[0] for d in cur.description][4:]
-        for n, (position, seq, prev_hash, digest, *values) in enumerate(cur, 1):
-            entry = None if seq is None else (seq, prev_hash, digest)
+        names = [d[0] for d in cur.description][6:]
+        for n, (position, seq, prev_hash, digest, key, row_digest, *values) in enumerate(cur, 1):
+            entry = None if seq is None else (seq, prev_hash, digest, key, row_digest)
             scan.row(table, position, zip(names, values, strict=True), entry)
             ticker.tick(f"{table} rows", n, count)
     for table in tables:

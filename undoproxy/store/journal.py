@@ -32,6 +32,7 @@ from undoproxy.events import EventBus
 from undoproxy.lifecycle import IllegalTransition, Settlement
 from undoproxy.store import schema
 from undoproxy.store.base import Lease, Limit
+from undoproxy.store.chain import ChainKey
 from undoproxy.store.lock import JournalLock
 from undoproxy.store.records import STEP_COLUMNS, Session, Step, at_rest, encode_fields
 from undoproxy.store.sessionindex import CLOSED_STATES, SessionIndex
@@ -110,7 +111,8 @@ class Journal:
                 await schema.migrate(setup)
             finally:
                 await setup.close()
-            writer = JournalWriter(path)
+            key = ChainKey.of(box or CredentialBox.for_this_process())
+            writer = JournalWriter(path, chain_key=key)
             writer.start()
             await _recover_writes(writer)
             read_conn = await schema.connect(path)

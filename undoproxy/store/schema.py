@@ -110,6 +110,10 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("005_session_counts", counts.TABLE),
     # What retention removed, chained (archives.py).
     ("006_archives", archives.TABLE),
+    # Keyed entries (chain.py): the entries before it stay as they were, and the writer keys
+    # the chain when it opens the journal (chain.key_the_chain). After 005 and 006, which
+    # journals already have.
+    (chain.KEYED_MIGRATION, chain.ADD_KEYS),
 )
 # Work a migration does in Python after its SQL, in the same transaction.
 AFTER: dict[str, Callable[[aiosqlite.Connection], Awaitable[None]]] = {

@@ -9,7 +9,9 @@ batch take 5-6 ms instead of 0.5 ms, and the proxy's requests waited on it (benc
 Here the writer has an interpreter of its own.
 
 Protocol, on stdin and stdout, each message a frame (4-byte big-endian length, then a pickle):
-- the child first says `("ready", pid)`, or `("failed", why)` when it cannot open the journal;
+- undoproxy first sends `("key", secret)`: the chain key (never on the command line, where
+  `ps` would show it);
+- the child then says `("ready", pid)`, or `("failed", why)` when it cannot open the journal;
 - then, for each batch `[(sql, params, awaited), ...]` it receives, it answers one outcome per
   op: None when it was committed, else why not (text). A batch is one transaction; when it
   fails for one statement's sake the ops are retried one by one, each in its own transaction;
@@ -22,8 +24,8 @@ End of stdin (undoproxy closed it, or died) ends the child once its batch is com
 ignores SIGINT and SIGTERM, and runs in a session of its own: Ctrl-C in a terminal stops
 undoproxy, which then commits what it holds through the child before closing it.
 
-Every row a batch inserts into or updates in `steps`, `sessions` or `approvals` appends its
-hash-chain entry in the same transaction: the connection carries the chain's triggers
+Every row a batch inserts into or updates in a chained table (`chain.TABLES`) appends its
+keyed hash-chain entry in the same transaction: the connection carries the chain's triggers
 (`chain.install`), and the transaction's entries are hashed just before its COMMIT.
 """
 
@@ -68,9 +70,10 @@ def read_frame(stream: BinaryIO) -> Any:
 class Batches:
     """Runs batches on one connection (which carries the chain's triggers)."""
 
-    def __init__(self, conn: sqlite3.Connection, seal: Callable[[], None] | None) -> None:
+    def __init__(self, conn: sqlite3.Connection, append: Callable[[], None] | None) -> None:
         self.conn = conn
-        self.seal: Callable[[], None] = seal if seal is not None else _nothing
+        # Appends the transaction's chain entries, just before its COMMIT.
+        self.append: Callable[[], None] = append if append is not None else _nothing
         self._synchronous = "FULL"  # as schema.PRAGMAS opened it
 
     def commit(self, batch: Sequence[tuple[str, Any, bool]]) -> list[Outcome]:
@@ -117,7 +120,7 @@ class Batches:
                 else:
                     conn.executemany(ops[i][0], [params for _, params in ops[i:j]])
                 i = j
-            self.seal()
+            self.append()
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(Exception):
@@ -125,10 +128,14 @@ class Batches:
             raise
 
 
-def open_batches(path: Path, busy_timeout_ms: int) -> Batches:
+def open_batches(path: Path, busy_timeout_ms: int, key: chain.ChainKey) -> Batches:
     """The child's connection to the (migrated) journal, with the chain's triggers on it."""
     conn = schema.connect_sync(path, busy_timeout_ms=busy_timeout_ms)
-    return Batches(conn, chain.install(conn))
+    try:
+        return Batches(conn, chain.install(conn, key))
+    except BaseException:
+        conn.close()
+        raise
 
 
 def main(argv: Sequence[str]) -> int:
@@ -137,8 +144,13 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     path, busy_timeout_ms = Path(argv[0]), int(argv[1])
     inp, out = sys.stdin.buffer, sys.stdout.buffer
+    said = read_frame(inp)
+    if not (isinstance(said, tuple) and len(said) == 2 and said[0] == "key"):
+        out.write(frame(("failed", "the journal's writer got no chain key")))
+        out.flush()
+        return 1
     try:
-        batches = open_batches(path, busy_timeout_ms)
+        batches = open_batches(path, busy_timeout_ms, chain.ChainKey(bytes(said[1])))
     except Exception as exc:
         out.write(frame(("failed", f"cannot open the journal {path}: {_why(exc)}")))
         out.flush()
@@ -181,7 +193,7 @@ def _why(exc: BaseException) -> str:
 
 
 def _nothing() -> None:
-    """No chain to seal (bench/nochain.py's baseline)."""
+    """No chain entries to append (bench/nochain.py's baseline)."""
 
 
 if __name__ == "__main__":

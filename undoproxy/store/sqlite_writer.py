@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from undoproxy.credentials import CredentialBox
+from undoproxy.store.chain import ChainKey
 from undoproxy.store.sqlite_child import HEADER, frame
 from undoproxy.store.writer import QueuedWriter, _Op
 
@@ -41,9 +43,19 @@ class JournalWriter(QueuedWriter):
     # (bench/README.md: 0.66x -> 0.8x of bare mitmdump's POSTs at one client).
     linger = 0.0
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 2000, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout_ms: int = 2000,
+        timeout: float = 5.0,
+        chain_key: ChainKey | None = None,
+    ) -> None:
         super().__init__(timeout=timeout)
         self._path = path
+        # What the chain's entries are keyed with: the installation's (Journal.open passes
+        # it), else this process's own key, as a Journal without a box uses.
+        self._chain_key = chain_key or ChainKey.of(CredentialBox.for_this_process())
         self._busy_timeout_ms = busy_timeout_ms
         self._child: asyncio.subprocess.Process | None = None
         self.pid: int | None = None  # the writer process's, once it is up
@@ -104,8 +116,10 @@ class JournalWriter(QueuedWriter):
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,  # Ctrl-C reaches undoproxy, which then closes the child
         )
-        assert child.stdout is not None
+        assert child.stdout is not None and child.stdin is not None
         try:
+            child.stdin.write(frame(("key", self._chain_key.secret)))
+            await child.stdin.drain()
             said = await asyncio.wait_for(_read(child.stdout), START_TIMEOUT)
         except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError):
             said = ("failed", "the journal's writer process did not start")

@@ -34,12 +34,13 @@ from undoproxy.credentials import CredentialBox
 from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.store.base import BudgetExceeded, Lease, LeaseLost, Limit, SessionStopped
+from undoproxy.store.chain import ChainKey
 from undoproxy.store.journal import _INSERT_STEP, Journal, session_of, step_event
 from undoproxy.store.postgres import leases, schema
 from undoproxy.store.postgres.relay import Relay
 from undoproxy.store.postgres.replicas import Replicas
 from undoproxy.store.postgres.sql import translate
-from undoproxy.store.postgres.writer import PgWriter, returned
+from undoproxy.store.postgres.writer import PgWriter, key_the_chain, returned
 from undoproxy.store.records import Session, Step
 
 log = logging.getLogger(__name__)
@@ -122,9 +123,12 @@ class PgJournal(Journal):
                 "SELECT pg_try_advisory_lock($1, hashtext($2))", schema.REPLICA_CLASS, replica
             ):
                 raise UndoproxyError(f"another replica named {replica!r} is running")
+            key = ChainKey.of(box or CredentialBox.for_this_process())
+            await key_the_chain(presence, key)
             writer = PgWriter(
                 await schema.connect(url, replica, **WRITER_CONNECTION),
                 lambda: schema.connect(url, replica, **WRITER_CONNECTION),
+                chain_key=key,
             )
             writer.start()
             pool = await asyncpg.create_pool(url, min_size=1, max_size=4)

@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from undoproxy.store import archives, counts
+from undoproxy.store import archives, chain, counts
 
 # Advisory lock keys. One bigint key each for the global locks; two int keys (class, hash of
 # a name) for the per-session and per-replica ones.
@@ -28,6 +28,7 @@ MIGRATE = 0x756E646F_0001  # "undo" + 1
 CHAIN = 0x756E646F_0002  # every write of chained rows, across replicas, one at a time
 REPLICA_CLASS = 0x756E_6402  # (class, hashtext(replica name)): the replica is alive
 CHANNEL = "undoproxy"  # LISTEN/NOTIFY channel of journal events
+KEYED_MIGRATION = "pg_005_keyed_chain"
 
 _STEP_COLUMNS = """
     id text PRIMARY KEY,
@@ -147,6 +148,9 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("pg_003_session_counts", counts.POSTGRES),
     # What retention removed, chained (store/archives.py).
     ("pg_004_archives", archives.POSTGRES),
+    # Keyed chain entries (store/chain.py); the replica that opens the journal first keys it.
+    # After the migrations main shipped first (pg_003, pg_004), whatever a journal has.
+    (KEYED_MIGRATION, chain.ADD_KEYS),
 )
 
 

@@ -1,5 +1,5 @@
-"""`undoproxy verify` on a PostgreSQL journal: the same streaming check as on SQLite
-(`chainscan`), in constant memory.
+"""`undoproxy verify` on a PostgreSQL journal: the same streaming check of the keyed chain as
+on SQLite (`chainscan`), in constant memory.
 
 Read-only, in one REPEATABLE READ transaction (the rows and the chain as of one moment, while
 replicas keep writing), every pass read through a server-side cursor. The rows are read as
@@ -10,12 +10,14 @@ asyncpg returns them, which is how the writer hashed them (`PgWriter`), so a row
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import asyncpg
 
 from undoproxy.store import chain, chainscan
-from undoproxy.store.chainscan import Cut, Progress, Scan, Ticker
+from undoproxy.store.chain_verify import NoChain
+from undoproxy.store.chainscan import Cut, Head, Progress, Scan, Ticker
+from undoproxy.store.postgres.schema import KEYED_MIGRATION
 
 FETCH = 1000  # rows a cursor brings at a time
 
@@ -27,28 +29,41 @@ async def verify(
     since: str | None = None,
     progress: Progress | None = None,
     archived_heads: Iterable[str] = (),
+    keys: Mapping[str, chain.ChainKey] | None = None,
 ) -> chainscan.Report:
-    """Check the chain of the journal at `url` (see `chainscan.verify_sqlite`); NoChain when
-    it has none, ValueError when `since` is not in the chain."""
+    """Check the chain of the journal at `url` with `keys` (see `chainscan.verify_sqlite`);
+    NoChain when it has none, ValueError when `since` is not in the chain."""
     conn: asyncpg.Connection = await asyncpg.connect(url)
     try:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             if not await conn.fetchval("SELECT to_regclass('chain') IS NOT NULL"):
                 if await conn.fetchval("SELECT to_regclass('migrations') IS NOT NULL"):
                     # Every PostgreSQL journal was created with its chain.
-                    raise chain.NoChain("the journal had a hash chain, and its table was dropped")
-                raise chain.NoChain(
+                    raise NoChain("the journal had a hash chain, and its table was dropped")
+                raise NoChain(
                     "the journal has no hash chain yet: start undoproxy once to create it"
                 )
             cut = await pg_cut(conn)
+            keyed = await conn.fetchval(
+                "SELECT count(*) = 2 FROM information_schema.columns WHERE table_schema = "
+                "current_schema() AND table_name = 'chain' AND column_name IN "
+                "('key_id', 'row_hash')"
+            )
             start = None
             if since is not None:
-                seq = await conn.fetchval("SELECT seq FROM chain WHERE hash=$1", since)
-                if seq is None:
+                found = await conn.fetchrow(
+                    f"SELECT seq, {_keyed_select(keyed)} FROM chain WHERE hash=$1", since
+                )
+                if found is None:
                     raise ValueError(f"the head {since} is not in the chain: verify it all")
-                start = (int(seq), since)
-            scan = Scan(cut=cut, since=start)
-            await _scan(conn, scan, Ticker(progress))
+                start = Head(int(found[0]), since, found[1])
+            migrated = await conn.fetchval(
+                "SELECT to_regclass('migrations') IS NOT NULL"
+            ) and await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM migrations WHERE name = $1)", KEYED_MIGRATION
+            )
+            scan = Scan(keys or {}, cut=cut, since=start, keyed_by_migration=bool(migrated))
+            await _scan(conn, scan, Ticker(progress), keyed)
             archived = set(archived_heads)
             missing = [
                 chainscan.head_problem(head, cut)
@@ -80,18 +95,25 @@ async def pg_cut(conn: asyncpg.Connection) -> Cut | None:
     return Cut(row["id"], int(row["chain_seq"]), row["chain_hash"]) if row else None
 
 
-async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker) -> None:
+def _keyed_select(keyed: bool, alias: str = "") -> str:
+    """An entry's key_id and row_hash, as selected (NULLs in a chain from before keyed chains
+    that no undoproxy has opened since: it has no such columns)."""
+    return f"{alias}key_id, {alias}row_hash" if keyed else "NULL, NULL"
+
+
+async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker, keyed: bool) -> None:
     # Entries up to a cut are ignored: an archive deletes them right after its commit.
     floor, low, incremental = chainscan.bounds(scan.cut, scan.since)
     total = await conn.fetchval("SELECT count(*) FROM chain WHERE seq > $1", low)
     n = 0
     async for r in conn.cursor(
-        "SELECT seq, tbl, row_id, prev_hash, hash FROM chain WHERE seq > $1 ORDER BY seq",
+        f"SELECT seq, tbl, row_id, prev_hash, hash, {_keyed_select(keyed)} FROM chain "
+        "WHERE seq > $1 ORDER BY seq",
         low,
         prefetch=FETCH,
     ):
         n += 1
-        scan.entry(r["seq"], r["tbl"], r["row_id"], r["prev_hash"], r["hash"])
+        scan.entry(*r)
         ticker.tick("chain links", n, total)
     rows_later = (
         " AND (tbl, row_id) IN (SELECT tbl, row_id FROM chain WHERE seq > $2)"
@@ -111,7 +133,10 @@ async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker) -> None:
     for table in chain.TABLES:
         if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", table):
             continue
-        head = "SELECT c.seq AS _seq, c.prev_hash AS _prev, c.hash AS _hash, t.*"
+        head = (
+            "SELECT c.seq AS _seq, c.prev_hash AS _prev, c.hash AS _hash, "
+            f"{_keyed_select(keyed, 'c.')}, t.*"
+        )
         if incremental:
             rows = (
                 f"{head} FROM chain c JOIN {table} t ON t.id = c.row_id "
@@ -120,17 +145,17 @@ async def _scan(conn: asyncpg.Connection, scan: Scan, ticker: Ticker) -> None:
             )
         else:
             rows = (
-                f"{head} FROM {table} t LEFT JOIN LATERAL (SELECT seq, prev_hash, hash "
-                f"FROM chain WHERE tbl = '{table}' AND row_id = t.id ORDER BY version DESC "
-                "LIMIT 1) c ON c.seq > $1 ORDER BY t.created_at, t.id"
+                f"{head} FROM {table} t LEFT JOIN LATERAL (SELECT seq, prev_hash, hash, "
+                f"{_keyed_select(keyed)} FROM chain WHERE tbl = '{table}' AND row_id = t.id "
+                "ORDER BY version DESC LIMIT 1) c ON c.seq > $1 ORDER BY t.created_at, t.id"
             )
         count = await conn.fetchval(f"SELECT count(*) FROM {table}")
         n = 0
         async for r in conn.cursor(rows, low, prefetch=FETCH):
             n += 1
             values = list(r.items())
-            entry = None if r["_seq"] is None else (r["_seq"], r["_prev"], r["_hash"])
-            scan.row(table, n, values[3:], entry)
+            entry = None if r["_seq"] is None else (r[0], r[1], r[2], r[3], r[4])
+            scan.row(table, n, values[5:], entry)
             ticker.tick(f"{table} rows", n, count)
         async for r in conn.cursor(
             f"SELECT c.row_id, max(c.seq) AS seq FROM chain c WHERE c.tbl = '{table}' "

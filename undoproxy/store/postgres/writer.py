@@ -5,11 +5,14 @@ The queue, group commit, withdrawal and timeouts are every writer's (`QueuedWrit
 connection. A write is durable once its transaction has committed (PostgreSQL's
 `synchronous_commit`, on by default, flushes the WAL first).
 
-The hash chain (`undoproxy.store.chain`): PostgreSQL has no Python triggers, so the writer
-appends the entries itself. Every INSERT or UPDATE of `sessions`, `steps` or `approvals` runs
-with `RETURNING *`, and each row it returns — the row exactly as committed, whatever the
-statement (one row or set-based) — gets its entry, computed with the same `canonical` and
-`entry_hash` as on SQLite, inserted in the same transaction. Replicas share one chain: before
+The keyed hash chain (`undoproxy.store.chain`): PostgreSQL has no Python triggers, so the
+writer appends the entries itself. Every INSERT or UPDATE of a chained table (`sessions`,
+`steps`, `approvals`, `archives`) runs with `RETURNING *`, and each row it returns — the row
+exactly as committed, whatever the statement (one row, set-based, or one of a `write_all`
+unit such as an archive batch's) — gets its entry, computed with the same
+`canonical`, `row_hash` and `ChainKey.entry_hash` as on SQLite, inserted in the same
+transaction. `key_the_chain` appends the keying entry when a replica opens a journal whose
+last entry is unkeyed (one from before keyed chains). Replicas share one chain: before
 its first chained statement a transaction takes `pg_advisory_xact_lock(CHAIN)` and reads the
 head, so chain writes from all replicas follow each other, one transaction at a time, and the
 lock goes with the commit or rollback. The same lock makes `max(seq) + 1` (how a step is
@@ -27,6 +30,7 @@ from typing import Any
 
 import asyncpg
 
+from undoproxy.credentials import CredentialBox
 from undoproxy.store import chain
 from undoproxy.store.postgres.schema import CHAIN
 from undoproxy.store.postgres.sql import changed_table, translate
@@ -35,8 +39,9 @@ from undoproxy.store.writer import MANY, QueuedWriter, _Op
 log = logging.getLogger(__name__)
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
 _INSERT_ENTRY = (
-    "INSERT INTO chain (tbl, row_id, version, prev_hash, hash) VALUES ($1, $2, "
-    "(SELECT coalesce(max(version), 0) + 1 FROM chain WHERE tbl = $1 AND row_id = $2), $3, $4)"
+    "INSERT INTO chain (tbl, row_id, version, prev_hash, hash, key_id, row_hash) VALUES ($1, "
+    "$2, (SELECT coalesce(max(version), 0) + 1 FROM chain WHERE tbl = $1 AND row_id = $2), "
+    "$3, $4, $5, $6)"
 )
 _CONNECTION_ERRORS = (
     asyncpg.PostgresConnectionError,
@@ -51,9 +56,18 @@ _CONNECTION_ERRORS = (
 class PgWriter(QueuedWriter):
     """Writes batches on one connection, reconnecting (through `connect`) when it was lost."""
 
-    def __init__(self, conn: asyncpg.Connection, connect: Connect, *, timeout: float = 5.0):
+    def __init__(
+        self,
+        conn: asyncpg.Connection,
+        connect: Connect,
+        *,
+        timeout: float = 5.0,
+        chain_key: chain.ChainKey | None = None,
+    ):
         self._conn: asyncpg.Connection | None = conn
         self._connect = connect
+        # The installation's (PgJournal.connect passes it), else this process's own key.
+        self.chain_key = chain_key or chain.ChainKey.of(CredentialBox.for_this_process())
         super().__init__(timeout=timeout)
 
     async def _close(self) -> None:
@@ -67,7 +81,7 @@ class PgWriter(QueuedWriter):
             self._conn = await self._connect()
         conn = self._conn
         async with conn.transaction():
-            chained = _Chained(conn)
+            chained = _Chained(conn, self.chain_key)
             for op in batch:
                 if op.sql == MANY:  # several statements, one unit (`write_all`)
                     statements: Any = op.params
@@ -82,12 +96,14 @@ class PgWriter(QueuedWriter):
 
 
 class _Chained:
-    """One transaction's statements, each chained row's entry computed as it is returned."""
+    """One transaction's statements, each chained row's keyed entry computed as it is
+    returned."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection, key: chain.ChainKey) -> None:
         self.conn = conn
+        self.key = key
         self.head: str | None = None
-        self.entries: list[tuple[str, str, str, str]] = []
+        self.entries: list[tuple[str, str, str, str, str, str]] = []
 
     async def run(self, sql: str, params: Any) -> list[dict[str, Any]] | None:
         """Run one statement; the rows it changed when it writes a chained table."""
@@ -103,16 +119,38 @@ class _Chained:
             head = await conn.fetchval("SELECT hash FROM chain ORDER BY seq DESC LIMIT 1")
             self.head = head or chain.GENESIS
         rows = await conn.fetch(statement.sql + " RETURNING *", *args)
+        key_id, keyed = self.key.id, self.key.entry_hash
         for row in rows:
-            digest = chain.entry_hash(self.head, chain.canonical(table, row.items()))
-            self.entries.append((table, row["id"], self.head, digest))
-            self.head = digest
+            digest = chain.row_hash(chain.canonical(table, row.items()))
+            entry = keyed(self.head, table, row["id"], digest)
+            self.entries.append((table, row["id"], self.head, entry, key_id, digest))
+            self.head = entry
         return [dict(r) for r in rows]
 
     async def append(self) -> None:
         """Append the transaction's entries to the chain (before its commit)."""
         if self.entries:
             await self.conn.executemany(_INSERT_ENTRY, self.entries)
+
+
+async def key_the_chain(conn: asyncpg.Connection, key: chain.ChainKey) -> None:
+    """Append the keying entry when the chain's last entry is unkeyed (`chain.key_the_chain`
+    on PostgreSQL), under the chain lock: of replicas starting at once, one keys it."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", CHAIN)
+        last = await conn.fetchrow("SELECT hash, key_id FROM chain ORDER BY seq DESC LIMIT 1")
+        if last is None or last["key_id"] is not None:
+            return
+        version = await conn.fetchval(
+            "SELECT coalesce(max(version), 0) + 1 FROM chain WHERE tbl = $1 AND row_id = $2",
+            chain.KEYING_TABLE,
+            chain.KEYING_ROW,
+        )
+        await conn.execute(
+            "INSERT INTO chain (tbl, row_id, version, prev_hash, hash, key_id, row_hash) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            *chain.keying_entry(str(last["hash"]), int(version), key),
+        )
 
 
 def returned(result: Any) -> list[dict[str, Any]]:
