@@ -46,8 +46,9 @@ from undoproxy.signing import SIGNED_CHUNKS, canonical_query
 
 log = logging.getLogger(__name__)
 # Bytes each piece of a spooled body repeats from the one before when it is searched for
-# secrets: a value up to this long is found across the edge of two pieces.
-NEEDLE_OVERLAP = 4096
+# secrets: a value up to this long (the largest a secret may be) is found across the edge of
+# two pieces.
+NEEDLE_OVERLAP = 64 * 1024
 # What the agent's signature leaves that undoproxy's replaces (sign_v4 sets the same ones).
 _SIGNATURE_HEADERS = ("Authorization", "X-Amz-Date", "X-Amz-Content-Sha256", "X-Amz-Security-Token")
 
