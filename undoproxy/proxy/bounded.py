@@ -118,10 +118,9 @@ class BoundedStream(HttpStream):
         yield HttpRequestHeadersHook(flow)
         if (yield from self.check_killed(True)):
             return
-        if flow.response is None:
-            yield HttpRequestHook(flow)
-            if (yield from self.check_killed(True)):
-                return
+        yield HttpRequestHook(flow)  # also when refused already (407...): it is journaled there
+        if (yield from self.check_killed(True)):
+            return
         flow.metadata[JUDGED_EARLY] = "judged"  # the request hook at the body's end is not ours
         self.server_state = self.state_wait_for_response_headers
         if flow.response is not None:  # refused, denied after a hold, failed closed
