@@ -31,6 +31,7 @@ import pg
 import replicas
 import rollback
 import rules
+import transfers
 from harness import BrokenRun, NotAvailable
 from report import Row, render, unavailable
 
@@ -46,6 +47,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "pg": lambda d, a: pg.run(d, a.rounds, a.seconds),
     "replicas": lambda d, a: replicas.run(d, a.rounds, a.seconds),
     "journal": lambda d, a: journalsize.run(d, max(2, a.rounds // 2)),
+    "transfers": lambda d, a: transfers.run(d, max(2, a.rounds // 3)),
 }
 
 

@@ -14,6 +14,9 @@ Routes:
 - `POST /v1/chat/completions?delay_ms=N`: an OpenAI-style streamed chat completion
   (`text/event-stream`): the first chunk at once, then after N ms the rest, the usage chunk
   and `data: [DONE]`.
+- `PUT /sink/{name}`: reads the body and throws it away, answers `{"size": N}` (`GET` of it:
+  404, so a snapshot before the PUT finds nothing there).
+- `GET /source?size=N`: N bytes, chunked (no Content-Length), in 64 KiB pieces.
 """
 
 from __future__ import annotations
@@ -139,6 +142,39 @@ async def chat_stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def sink(request: web.Request) -> web.Response:
+    """Count an upload's bytes, keep none."""
+    size = 0
+    while chunk := await request.content.read(1 << 20):
+        size += len(chunk)
+    request.app[STATE].served["sink"] += 1
+    return web.json_response({"size": size})
+
+
+async def no_sink(request: web.Request) -> web.Response:
+    """What a snapshot of a sink reads: nothing there."""
+    raise web.HTTPNotFound()
+
+
+_PIECE = bytes(range(256)) * 256  # 64 KiB
+
+
+async def source(request: web.Request) -> web.StreamResponse:
+    """A download of `size` bytes with no announced length."""
+    size = int(request.query["size"])
+    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    sent = 0
+    while sent < size:
+        piece = _PIECE[: size - sent]
+        await response.write(piece)
+        sent += len(piece)
+    await response.write_eof()
+    request.app[STATE].served["source"] += 1
+    return response
+
+
 async def stats(request: web.Request) -> web.Response:
     """Item count and requests served, for the benchmarks' consistency checks."""
     state = request.app[STATE]
@@ -159,6 +195,9 @@ def create_app() -> web.Application:
             web.post("/held", held),
             web.get("/stats", stats),
             web.post("/v1/chat/completions", chat_stream),
+            web.put("/sink/{name}", sink),
+            web.get("/sink/{name}", no_sink),
+            web.get("/source", source),
         ]
     )
     return app

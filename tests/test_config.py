@@ -68,6 +68,9 @@ def test_env_expansion_and_relative_paths(tmp_path: Path, monkeypatch: pytest.Mo
         ("\n\nproxyy:\n  listen: 1\n", 3, "unknown key 'proxyy' (did you mean 'proxy'?)"),
         ("proxy: [1, 2\n", 2, "invalid YAML"),
         ("approvals:\n  notify: [ftp://x]\n", 2, "webhook URL must start with http"),
+        ("proxy:\n  max_body: 8GB\n", 2, "proxy.max_body: unknown size unit 'gb'"),
+        ("proxy:\n  max_body: lots\n", 2, "proxy.max_body: expected a size"),
+        ("proxy:\n  max_body: 0\n", 2, "proxy.max_body: the size must be greater than zero"),
     ],
 )
 def test_errors_name_file_and_line(tmp_path: Path, text: str, line: int, message: str) -> None:
@@ -76,6 +79,14 @@ def test_errors_name_file_and_line(tmp_path: Path, text: str, line: int, message
         load_config(path)
     assert f"{path}:{line}: " in str(caught.value)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [(1, 1), ("512", 512), ("64KiB", 65536), ("40 MiB", 40 << 20), ("8GiB", 8 << 30)],
+)
+def test_max_body_takes_binary_sizes(tmp_path: Path, value: object, size: int) -> None:
+    assert load_config(write(tmp_path, f"proxy:\n  max_body: {value}\n")).max_body == size
 
 
 def test_all_errors_are_reported_at_once(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from undoproxy.broker.entries import SecretEntry
 from undoproxy.broker.parse import parse_secrets
 from undoproxy.durations import parse_duration
 from undoproxy.errors import ConfigError, ConfigErrors, Location
+from undoproxy.limits import MAX_REQUEST_BODY
 from undoproxy.packs.loading import ALL_PACKS, load_packs, load_user_pack
 from undoproxy.rules import RuleSet, parse_rules
 from undoproxy.rules.actions import Problems
@@ -115,6 +116,29 @@ def _positive_duration(value: Any) -> float:
     return seconds
 
 
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_size(value: Any) -> int:
+    """A size in bytes from `123`, `"64KiB"`, `"40MiB"`, `"8GiB"` (binary units only)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number, unit = value, ""
+    elif isinstance(value, str):
+        text = value.strip()
+        digits = len(text) - len(text.lstrip("0123456789"))
+        if not digits:
+            raise ValueError(f"expected a size such as 8GiB or 40MiB, got {value!r}")
+        number, unit = int(text[:digits]), text[digits:].strip().lower()
+    else:
+        raise ValueError(f"expected a size such as 8GiB or 40MiB, got {value!r}")
+    if unit not in _UNITS:
+        raise ValueError(f"unknown size unit {unit!r} in {value!r} (use KiB, MiB, GiB or TiB)")
+    size = number * _UNITS[unit]
+    if size <= 0:
+        raise ValueError("the size must be greater than zero")
+    return size
+
+
 def _count(value: Any) -> int:
     return parse_count(value, "limit")
 
@@ -139,6 +163,14 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "accept self-signed upstream certificates (tests, local services)",
         _bool,
+    ),
+    Setting(
+        "proxy.max_body",
+        "8GiB",
+        "the largest request body undoproxy takes (bodies over 16 MiB are spooled to an "
+        "encrypted file in the state dir while they are judged), and the largest snapshot it "
+        "keeps; a larger body is refused with 413 undoproxy_body_too_large",
+        parse_size,
     ),
     Setting("admin.listen", "127.0.0.1:8081", "the admin API and page", _listen),
     Setting(
@@ -291,6 +323,7 @@ class Config:
     proxy_listen: tuple[str, int] = ("127.0.0.1", 8080)
     proxy_auth: str = "open"
     upstream_insecure: bool = False
+    max_body: int = MAX_REQUEST_BODY
     admin_listen: tuple[str, int] = ("127.0.0.1", 8081)
     admin_token: str | None = None
     state_dir: Path = field(default_factory=lambda: Path("~/.undoproxy").expanduser())
@@ -460,6 +493,7 @@ def _build(doc: dict[str, Any], base_dir: Path, where: Location, secrets_raw: An
         proxy_listen=parsed["proxy.listen"],
         proxy_auth=parsed["proxy.auth"],
         upstream_insecure=parsed["proxy.upstream_insecure"],
+        max_body=parsed["proxy.max_body"],
         admin_listen=parsed["admin.listen"],
         admin_token=parsed["admin.token"],
         state_dir=state_dir,

@@ -58,6 +58,13 @@ class CredentialBox:
             cls._process = cls(Fernet.generate_key())
         return cls._process
 
+    def file_key(self) -> bytes:
+        """The AES key body files are sealed with (undoproxy/bodyfiles.py): derived from this
+        key, so that the state dir's one key opens them too, and nothing else does."""
+        return HKDF(
+            algorithm=hashes.SHA256(), length=16, salt=None, info=b"undoproxy body files"
+        ).derive(self._key)
+
     def encrypt(self, data: bytes) -> bytes:
         """`data` encrypted and authenticated (a Fernet token, URL-safe base64 text)."""
         return self._fernet.encrypt(data)

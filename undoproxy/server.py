@@ -35,6 +35,7 @@ from undoproxy.admin.app import create_app
 from undoproxy.admin.context import AdminContext
 from undoproxy.approvals.notify import Webhooks
 from undoproxy.approvals.queue import ApprovalQueue
+from undoproxy.bodyfiles import BodyFiles, private_dir
 from undoproxy.broker import Broker
 from undoproxy.broker import api as secrets_api
 from undoproxy.client import ADMIN_URL_FILE, listen_url
@@ -44,17 +45,22 @@ from undoproxy.errors import UndoproxyError
 from undoproxy.events import EventBus
 from undoproxy.inflight import InFlight
 from undoproxy.proxy.bodies import Bodies
+from undoproxy.proxy.bounded import BodyPolicy
 from undoproxy.proxy.brokering import InjectSecrets, KeepSecretsFromAgent
+from undoproxy.proxy.framing import Framing
 from undoproxy.proxy.gate import Gate
+from undoproxy.proxy.grpc import GrpcCalls, as_grpc_status
 from undoproxy.proxy.guard import FailClosed
 from undoproxy.proxy.holds import Holds
 from undoproxy.proxy.identity import SessionIdentity
 from undoproxy.proxy.journaling import JournalAddon
 from undoproxy.proxy.layers import ProtocolPolicy, journal_refusals
+from undoproxy.proxy.mcp import McpTraffic, as_jsonrpc_error
 from undoproxy.proxy.names import OneName
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
 from undoproxy.proxy.tls_failures import TlsFailures
+from undoproxy.proxy.uploads import SpoolPump
 from undoproxy.proxy.websockets import WebSockets
 from undoproxy.rollback import Rollback
 from undoproxy.runtimes import listeners as listener_routes
@@ -129,12 +135,15 @@ async def start(config: Config) -> Running:
     master = Master(opts)
     proxy_server = proxyserver.Proxyserver()
     listeners = SessionListeners(proxy_server, config.proxy_listen[0], config.state_dir)
+    files = BodyFiles(private_dir(config.state_dir / "bodies"), box.file_key())
     snapshots = Snapshots(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure, broker=broker),
+        UpstreamClient(insecure=config.upstream_insecure, broker=broker, files=files),
         box,
         auto=config.defaults_compensate == "auto",
         hold_irreversible=config.defaults_mutations == "hold-irreversible",
+        files=files,
+        max_body=config.max_body,
     )
     approvals = ApprovalQueue(journal, Webhooks(config.approvals_notify))
     inflight = InFlight()  # mutations forwarded and not yet answered: freeze/rollback wait
@@ -176,10 +185,13 @@ async def start(config: Config) -> Running:
         Streaming(),
         Bodies(),
         KeepSecretsFromAgent(broker),
+        McpTraffic(),  # before the gate: the rules see the called tool's hints
+        GrpcCalls(),
         gate,
         holds,  # as an addon too: client_disconnected expires approvals, done() expires all
         snapshots,
         JournalAddon(journal, inflight),
+        Framing(),  # only a request about to be forwarded gets its length said
         InjectSecrets(broker),  # last: nothing may await between the journal and forwarding
     ]
     master.addons.add(
@@ -187,10 +199,21 @@ async def start(config: Config) -> Running:
         proxy_server,
         next_layer.NextLayer(),
         # Right after NextLayer: amends its decision (HTTP only, bounded bodies).
-        ProtocolPolicy(journal_refusals(journal, identity.session_of)),
+        ProtocolPolicy(
+            BodyPolicy(private_dir(config.state_dir / "spool"), config.max_body),
+            journal_refusals(journal, identity.session_of),
+        ),
         tlsconfig.TlsConfig(),
         disable_h2c.DisableH2C(),
-        guard := FailClosed(ours, journal, inflight, close_socket=sockets.close),
+        guard := FailClosed(
+            ours,
+            journal,
+            inflight,
+            close_socket=sockets.close,
+            # undoproxy's own answers in the shape the agent's protocol expects
+            reshape=[as_jsonrpc_error, as_grpc_status],
+        ),
+        SpoolPump(proxy_server),  # sends spooled bodies once judged (proxy/uploads.py)
         tls_failures,  # observes failed handshakes only (doctor's evidence): outside the guard
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held
@@ -211,7 +234,7 @@ async def start(config: Config) -> Running:
     context.inflight = inflight
     context.rollback = Rollback(
         journal,
-        UpstreamClient(insecure=config.upstream_insecure, broker=broker),
+        UpstreamClient(insecure=config.upstream_insecure, broker=broker, files=files),
         box,
         inflight=inflight,
         after_reads=snapshots.after_reads,

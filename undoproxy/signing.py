@@ -139,14 +139,17 @@ class Signers:
         *,
         session: str | None = None,
         entry: SigningEntry | None = None,
+        payload_sha256: str | None = None,
     ) -> tuple[str, dict[str, str]]:
         """(url, headers) to send: signed when an entry matches (or `entry` is given), else
-        as given. A payload the request marks unsigned stays unsigned."""
+        as given. A payload the request marks unsigned stays unsigned; `payload_sha256` is the
+        body's hash when the body is streamed from a file (bodyfiles.py), not given here."""
         entry = entry or self.for_url(url, session)
         if entry is None:
             return url, dict(headers)
         key = scoped(entry.aws, url, headers)
-        return sign_v4(key, method, url, headers, body, now, payload_hash=unsigned_payload(headers))
+        payload = unsigned_payload(headers) or payload_sha256
+        return sign_v4(key, method, url, headers, body, now, payload_hash=payload)
 
 
 def unsigned_payload(headers: Mapping[str, str]) -> str | None:

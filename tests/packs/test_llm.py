@@ -26,6 +26,12 @@ from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
 
+def recorded(step: dict[str, Any]) -> dict[str, Any]:
+    """What the rule's `record:` kept: the step's meta without what undoproxy keeps of every
+    streamed answer (`stream`) and of every MCP exchange (`mcp`)."""
+    return {k: v for k, v in (step["meta"] or {}).items() if k not in ("stream", "mcp")}
+
+
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     ctx = server_context(self_signed(tmp_path_factory.mktemp("llm-cert")))
@@ -88,7 +94,7 @@ def test_openai_chat_is_a_read_with_model_and_usage(
     [step] = proxy.steps(session)
     assert (step["kind"], step["rule"], step["status"]) == ("read", "llm/openai-chat", "succeeded")
     assert step["compensation"] is None
-    assert step["meta"] == {
+    assert recorded(step) == {
         "model": "gpt-4o-2024-08-06",
         "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15},
     }
@@ -152,7 +158,7 @@ def test_openai_embeddings(proxy: Undoproxy, fake: ThreadedServer, session: str)
     assert result.data[0].embedding == [0.1, 0.2, 0.3]
     [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/openai-embeddings")
-    assert step["meta"] == {
+    assert recorded(step) == {
         "model": "text-embedding-3-small",
         "usage": {"prompt_tokens": 3, "total_tokens": 3},
     }
@@ -166,7 +172,7 @@ def test_anthropic_message(proxy: Undoproxy, fake: ThreadedServer, session: str)
     assert message.content[0].type == "text"
     [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/anthropic-messages")
-    assert step["meta"] == {
+    assert recorded(step) == {
         "model": "claude-sonnet-4-5",
         "usage": {"input_tokens": 25, "output_tokens": 4},
     }
@@ -192,7 +198,7 @@ def test_anthropic_stream_is_live_and_merges_start_and_final_usage(
     assert final.usage.output_tokens == 4
     [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/anthropic-messages")
-    assert step["meta"] == {
+    assert recorded(step) == {
         "model": "claude-haiku-4-5",
         "usage": {"input_tokens": 25, "output_tokens": 4},
     }
@@ -212,7 +218,7 @@ def test_gemini_stream_records_the_last_usage_metadata(
     assert len(rest) == 3
     [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/gemini-stream")
-    assert step["meta"] == {
+    assert recorded(step) == {
         "model": "gemini-2.0-flash-001",
         "usage": {"promptTokenCount": 7, "candidatesTokenCount": 4, "totalTokenCount": 11},
     }
@@ -236,7 +242,7 @@ def test_ollama_ndjson_stream_is_live_and_records_counts(
     assert b'"done": true' in rest[-1]
     [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("read", "llm/ollama-chat")
-    assert step["meta"] == {
+    assert recorded(step) == {
         "model": "llama3.2",
         "usage": {"prompt_eval_count": 9, "eval_count": 4},
     }

@@ -24,6 +24,12 @@ from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
 
+def recorded(step: dict[str, Any]) -> dict[str, Any]:
+    """What the rule's `record:` kept: the step's meta without what undoproxy keeps of every
+    streamed answer (`stream`) and of every MCP exchange (`mcp`)."""
+    return {k: v for k, v in (step["meta"] or {}).items() if k not in ("stream", "mcp")}
+
+
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedServer]:
     ctx = server_context(self_signed(tmp_path_factory.mktemp("protocols-cert")))
@@ -100,7 +106,7 @@ def test_a_graphql_mutation_is_an_irreversible_mutation(
         "graphql/mutation",
         "succeeded",
     )
-    assert step["meta"] == {"operation": "CreateIssue", "operation_type": "mutation"}
+    assert recorded(step) == {"operation": "CreateIssue", "operation_type": "mutation"}
     report = proxy.rollback(session)
     [entry] = report["steps"]
     assert entry["status"] == "irreversible"
@@ -196,7 +202,7 @@ def test_mcp_listing_and_reading_are_reads(
     [step] = proxy.steps(session)
     assert step["kind"] == "read"
     assert step["rule"] in ("mcp/read", "mcp/notification")
-    assert step["meta"] == {"method": body["method"]}
+    assert recorded(step) == {"method": body["method"]}
 
 
 def test_an_mcp_tool_call_is_an_irreversible_mutation_naming_the_tool(
@@ -204,13 +210,11 @@ def test_an_mcp_tool_call_is_an_irreversible_mutation_naming_the_tool(
 ) -> None:
     call = _rpc("tools/call", {"name": "delete_file", "arguments": {"path": "/tmp/x"}})
     with proxy.agent(session) as s:
-        r = _approved(
-            proxy, session, lambda: s.post(f"{fake.base_url}/mcp", json=call, timeout=60)
-        )
+        r = _approved(proxy, session, lambda: s.post(f"{fake.base_url}/mcp", json=call, timeout=60))
     assert r.json()["result"]["isError"] is False
     [step] = proxy.steps(session)
     assert (step["kind"], step["rule"]) == ("mutation", "mcp/tool-call")
-    assert step["meta"] == {"method": "tools/call", "tool": "delete_file"}
+    assert recorded(step) == {"method": "tools/call", "tool": "delete_file"}
     [entry] = proxy.rollback(session)["steps"]
     assert entry["status"] == "irreversible"
     assert "tool: delete_file" in entry["detail"]
@@ -274,7 +278,7 @@ def test_an_email_is_held_then_irreversible_naming_recipients_and_subject(
     assert status.result(30) == 202
     [step] = proxy.steps(session)
     assert (step["kind"], step["risk"], step["status"]) == ("mutation", "high", "succeeded")
-    assert step["meta"] == {
+    assert recorded(step) == {
         "to": ["ana@example.com", "bo@example.com"],
         "subject": "Quarterly numbers",
     }

@@ -67,10 +67,13 @@ def _chain() -> list[type]:
     from undoproxy.proxy import (
         bodies,
         brokering,
+        framing,
         gate,
+        grpc,
         holds,
         identity,
         journaling,
+        mcp,
         names,
         snapshots,
         streaming,
@@ -84,10 +87,13 @@ def _chain() -> list[type]:
         streaming.Streaming,
         bodies.Bodies,
         brokering.KeepSecretsFromAgent,
+        mcp.McpTraffic,
+        grpc.GrpcCalls,
         gate.Gate,
         holds.Holds,
         snapshots.Snapshots,
         journaling.JournalAddon,
+        framing.Framing,
         brokering.InjectSecrets,
     ]
 

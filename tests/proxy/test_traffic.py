@@ -149,4 +149,8 @@ def test_a_large_response_is_streamed_not_buffered(
     assert total == size
     [step] = proxy.steps(session_id)
     assert step["status"] == "succeeded"
-    assert step["error"] == "response streamed to the agent; body not journaled"
+    assert step["error"] is None
+    # Streamed, and still journaled: its first bytes, its length and its SHA-256.
+    assert step["response"]["body_length"] == size
+    assert step["meta"]["stream"]["length"] == size
+    assert step["meta"]["stream"]["complete"] is True

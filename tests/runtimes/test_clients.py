@@ -5,21 +5,24 @@ a request only after the client accepted its certificate). A request the upstrea
 a step is reported as what it is, a bypass.
 
 A row here is a row marked tested in docs/clients.md; tests/runtimes/test_docs.py checks
-that the two agree.
+that the two agree. The protocol rows call servers of their protocol (`server`): the echo
+upstream's SSE and WebSocket endpoints, a real MCP server (the `mcp` SDK's FastMCP, over
+Streamable HTTP) and a real gRPC server (grpcio), each on 127.0.0.2 over TLS with a
+certificate the clients trust as a public API's.
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.runtimes.conftest import (
     PYTHON,
-    NetnsUpstream,
     agent_env,
     in_session,
     need,
@@ -28,6 +31,8 @@ from tests.runtimes.conftest import (
     run,
     skip_or_fail,
 )
+from tests.support.grpc_server import GrpcServer
+from tests.support.mcp_server import McpServer
 from tests.support.proc import Undoproxy
 from tests.support.servers import ThreadedServer
 
@@ -45,6 +50,9 @@ class Client:
     npm: str = ""  # a package .ci/run installs into .venv/node
     remote: bool = False  # never proxies loopback: call the test host (a network namespace)
     may_fail: bool = False  # an SDK that cannot parse the echo's answer: only the step counts
+    server: str = "api"  # the upstream it calls: api (the echo upstream) | mcp | grpc
+    # where on that upstream, from the marker that names the call in the journal
+    target: Callable[[str], str] = lambda marker: marker
 
 
 def _py(code: str) -> Callable[[str, Path], list[str]]:
@@ -280,6 +288,98 @@ CLIENTS = [
 ]
 
 
+MCP_CLIENT = """
+    import asyncio, sys
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def main():
+        # the SDK's own HTTP client (httpx, trust_env): HTTPS_PROXY, SSL_CERT_FILE
+        async with streamablehttp_client(sys.argv[1]) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                result = await session.call_tool("read_file", {"path": "hello.txt"})
+                assert result.content[0].text == "hello world", result
+
+    asyncio.run(main())
+"""
+
+GRPC_CLIENT = """
+    import sys, grpc
+    target, _, method = sys.argv[1].partition("/")
+    # grpcio: https_proxy (grpc_proxy), GRPC_DEFAULT_SSL_ROOTS_FILE_PATH
+    channel = grpc.secure_channel(target, grpc.ssl_channel_credentials())
+    assert channel.unary_unary("/" + method)(b"ping", timeout=30) == b"ping"
+"""
+
+WEBSOCKET_CLIENT = """
+    import sys
+    from websockets.sync.client import connect
+    # websockets >= 15 takes the proxy from https_proxy; the CA from SSL_CERT_FILE
+    with connect(sys.argv[1]) as ws:
+        ws.send("hello")
+        assert ws.recv(timeout=10) == "hello"
+"""
+
+SSE_CLIENT = """
+    import sys, httpx
+    with httpx.stream("GET", sys.argv[1], timeout=30) as r:
+        events = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert len(events) == 3, events
+"""
+
+CLIENTS += [
+    Client(
+        "curl-http2",
+        lambda url, tmp: ["curl", "-sS", "--fail", "--http2", "-T", "-", "-o", "/dev/null", url],
+        "curl",
+    ),
+    Client(
+        "sse-httpx",
+        _py(SSE_CLIENT),
+        module="httpx",
+        target=lambda marker: f"/sse?n=3&m={marker}",
+    ),
+    Client(
+        "websocket-websockets",
+        lambda url, tmp: [PYTHON, "-c", textwrap.dedent(WEBSOCKET_CLIENT), "wss" + url[5:]],
+        module="websockets",
+        target=lambda marker: f"/ws{marker}",
+    ),
+    Client("mcp-sdk", _py(MCP_CLIENT), module="mcp", server="mcp", target=lambda m: f"/mcp?m={m}"),
+    Client("grpcio", _py(GRPC_CLIENT), module="grpc", server="grpc"),
+]
+
+
+@pytest.fixture(scope="module")
+def mcp_upstream(public_cert: tuple[Path, Path]) -> Iterator[McpServer]:
+    """A real MCP server (FastMCP over Streamable HTTP) on 127.0.0.2, over TLS."""
+    server = McpServer(cert=public_cert, host="127.0.0.2").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def grpc_upstream(public_cert: tuple[Path, Path]) -> Iterator[GrpcServer]:
+    """A real gRPC server (grpcio) on 127.0.0.2, over TLS."""
+    server = GrpcServer(public_cert, host="127.0.0.2").start()
+    yield server
+    server.stop()
+
+
+def _address(client: Client, upstream: Any, marker: str) -> str:
+    if isinstance(upstream, GrpcServer):
+        return upstream.target + client.target(marker)  # host:port/service/method
+    return str(upstream.base_url) + client.target(marker)
+
+
+def _reached(upstream: Any, marker: str) -> list[str]:
+    """What the upstream got that names `marker`."""
+    if isinstance(upstream, McpServer | GrpcServer):
+        return [p for p in upstream.paths if marker in p]
+    return [r.path for r in received(upstream) if marker in r.path]
+
+
 @pytest.mark.parametrize("client", CLIENTS, ids=[c.name for c in CLIENTS])
 def test_runtime_goes_through_undoproxy_into_its_session(
     client: Client,
@@ -295,9 +395,11 @@ def test_runtime_goes_through_undoproxy_into_its_session(
         need_module(client.module)
     if client.npm and not (NODE_MODULES / client.npm).is_dir():
         skip_or_fail(f"the npm package {client.npm} is not in {NODE_MODULES} (.ci/run installs it)")
-    upstream: ThreadedServer | NetnsUpstream = (
-        request.getfixturevalue("remote_upstream") if client.remote else api_upstream
-    )
+    upstream: Any = api_upstream
+    if client.remote:
+        upstream = request.getfixturevalue("remote_upstream")
+    elif client.server != "api":
+        upstream = request.getfixturevalue(f"{client.server}_upstream")
     env = agent_env(rt_proxy, session_id)
     if NODE_MODULES.is_dir():
         env["NODE_PATH"] = str(NODE_MODULES)
@@ -305,11 +407,11 @@ def test_runtime_goes_through_undoproxy_into_its_session(
     env["GOFLAGS"] = "-mod=mod"
     env["GO111MODULE"] = "off"
     marker = f"/echo/{client.name}-{session_id}"
-    done = run(client.argv(upstream.base_url + marker, tmp_path), env, cwd=tmp_path)
+    done = run(client.argv(_address(client, upstream, marker), tmp_path), env, cwd=tmp_path)
     if not client.may_fail:
         assert done.returncode == 0, done.stdout + done.stderr
     found = in_session(rt_proxy, session_id, marker)()
-    reached = [r.path for r in received(upstream) if marker in r.path]
+    reached = _reached(upstream, marker)
     assert found, (
         f"{client.name} went around undoproxy (the upstream got {reached}, the session has no step)"
         if reached

@@ -1,4 +1,5 @@
-"""The echo upstream: answers with what it received, records every request, streams SSE."""
+"""The echo upstream: answers with what it received, records every request, streams SSE, and
+echoes WebSocket messages (`/ws/...`)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,21 @@ async def big(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def websocket(request: web.Request) -> web.WebSocketResponse:
+    """A WebSocket that sends back every message it gets."""
+    request.app[RECEIVED].append(
+        Received(request.method, request.path_qs, dict(request.headers), b"")
+    )
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    async for message in ws:
+        if message.type == web.WSMsgType.TEXT:
+            await ws.send_str(message.data)
+        elif message.type == web.WSMsgType.BINARY:
+            await ws.send_bytes(message.data)
+    return ws
+
+
 async def release(request: web.Request) -> web.Response:
     request.app[GATES].setdefault(request.query["gate"], asyncio.Event()).set()
     return web.json_response({"released": request.query["gate"]})
@@ -92,5 +108,6 @@ def create_app() -> web.Application:
     app.router.add_get("/sse", sse)
     app.router.add_get("/release", release)
     app.router.add_get("/big", big)
+    app.router.add_get("/ws/{tail:.*}", websocket)
     app.router.add_route("*", "/{tail:.*}", echo)
     return app

@@ -58,6 +58,17 @@ def compensation_json(step: Step) -> dict[str, Any] | None:
     }
 
 
+def _stream_of(step: Step) -> dict[str, Any]:
+    stream = (step.meta or {}).get("stream")
+    if not isinstance(stream, dict):
+        return {}
+    return {
+        "body_sha256": stream.get("sha256"),
+        "streamed": True,
+        "complete": stream.get("complete"),
+    }
+
+
 def step_json(step: Step) -> dict[str, Any]:
     """A step as the API and exports show it."""
     req_type = _header_value(step.request_headers, "content-type")
@@ -95,6 +106,8 @@ def step_json(step: Step) -> dict[str, Any]:
             "headers": _headers(step.response_headers),
             "body": redact.body_text(step.response_body, resp_type),
             "body_length": step.response_body_len,
+            # A streamed answer's hash and whether it ended (meta.stream); else none kept.
+            **_stream_of(step),
         },
         "snapshot": None
         if snapshot is None

@@ -130,10 +130,13 @@ class Broker:
         headers: Mapping[str, str],
         body: bytes | None,
         session: str | None,
+        *,
+        payload_sha256: str | None = None,
     ) -> tuple[str, dict[str, str]]:
         """One of undoproxy's own requests (snapshot, read, undo) as it is sent: the secrets
         of `session` for that host put in (replacing the agent's placeholders), then signed
-        when `signing:` or an `aws:` secret has a key for it. Each use is counted."""
+        when `signing:` or an `aws:` secret has a key for it (`payload_sha256`: the hash of a
+        body streamed from a file). Each use is counted."""
         out = dict(headers)
         injection = self.for_request(url, session)
         for name, value in injection.headers.items():
@@ -143,7 +146,9 @@ class Broker:
         used = [n for n in injection.names if n not in _aws_names(injection)]
         entry = self.signers.for_url(url, session)
         if entry is not None:
-            url, out = self.signers.sign(method, url, out, body, entry=entry)
+            url, out = self.signers.sign(
+                method, url, out, body, entry=entry, payload_sha256=payload_sha256
+            )
             if entry.secret is not None:
                 used.append(entry.secret)
         self.count(used, "undoproxy")

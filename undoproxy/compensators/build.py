@@ -122,7 +122,7 @@ def _put_back(url: str, snap: Snapshot) -> dict[str, Any]:
     return request(
         "PUT",
         url,
-        snap.body,
+        snap.replay_body,
         snap.content_type or "application/json",
         restore_headers(snap) or None,
     )
@@ -153,7 +153,7 @@ def _recreate(facts: Facts) -> dict[str, Any]:
         )
     put = webdav.recreate_properties(facts, snap, _put_back(snap.url, snap))
     put["fallback"] = request(
-        "POST", parent(snap.url), snap.body, snap.content_type or "application/json"
+        "POST", parent(snap.url), snap.replay_body, snap.content_type or "application/json"
     )
     return put
 

@@ -81,7 +81,7 @@ def put_back(url: str, snap: Snapshot) -> dict[str, Any]:
     """PUT a body read before the step back, with its representation headers."""
     kept = restore_headers(snap)
     return request(
-        "PUT", url, snap.body, snap.content_type or "application/octet-stream", kept or None
+        "PUT", url, snap.replay_body, snap.content_type or "application/octet-stream", kept or None
     )
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from undoproxy.bodyfiles import FileBody
+
 
 @functools.lru_cache(maxsize=1024)  # asked for each request undoproxy sends, often alike
 def origin(url: str) -> tuple[str, str]:
@@ -98,6 +100,26 @@ class Snapshot:
     # The API's own "no such thing" answer, when it is not a 404 (AWS JSON APIs answer 400
     # `ResourceNotFoundException`): a read declared so (`PreRead.absent_when`) and answered so.
     absent_answer: str = ""
+    # A body too large for the journal, kept in a body file instead (`body` is then empty):
+    # a restore streams it back, a verification compares by its SHA-256.
+    file: FileBody | None = None
+
+    @property
+    def replay_body(self) -> bytes | FileBody:
+        """What a request that writes this snapshot back sends: its bytes, or its file."""
+        return self.file if self.file is not None else self.body
+
+    @property
+    def length(self) -> int:
+        """The body's length in bytes."""
+        return self.file.length if self.file is not None else len(self.body)
+
+    @property
+    def sha256(self) -> str:
+        """The body's SHA-256."""
+        if self.file is not None:
+            return self.file.sha256
+        return hashlib.sha256(self.body).hexdigest()
 
     @property
     def existed(self) -> bool:
@@ -119,8 +141,9 @@ class Snapshot:
             "content_type": self.content_type,
             "headers": self.headers,
             "body_b64": base64.b64encode(self.body).decode(),
-            "length": len(self.body),
+            "length": self.length,
             **({"absent_answer": self.absent_answer} if self.absent_answer else {}),
+            **({"file": self.file.to_json()} if self.file is not None else {}),
         }
 
     @classmethod
@@ -135,6 +158,7 @@ class Snapshot:
             content_type=data.get("content_type"),
             headers=dict(data.get("headers") or {}),
             absent_answer=str(data.get("absent_answer") or ""),
+            file=FileBody.from_json(data.get("file")),
         )
 
 
@@ -292,14 +316,19 @@ def inverse_request(
     content_type: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One inverse request in the journal's form."""
-    body_b64, inferred_type = encode_body(body)
+    """One inverse request in the journal's form (a FileBody `body` is sent from its file)."""
+    if isinstance(body, FileBody):
+        body_b64, inferred_type = None, None
+    else:
+        body_b64, inferred_type = encode_body(body)
     out: dict[str, Any] = {
         "method": method,
         "url": url,
         "body_b64": body_b64,
         "content_type": content_type or inferred_type,
     }
+    if isinstance(body, FileBody):
+        out["body_file"] = body.to_json()
     if headers:
         out["headers"] = headers
     return out

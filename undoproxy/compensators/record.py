@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from undoproxy.bodyfiles import FileBody
+
 UNREADABLE_BODY = (
     "the body this compensation must send is encrypted with another credentials key (the "
     "journal was opened by an installation whose state dir key differs): it cannot be sent; "
@@ -41,6 +43,7 @@ class InverseRequest:
     # its body was sealed with another credentials key (store/bodies.py): it cannot be sent
     body_unreadable: bool = False
     forward_credentials: bool = False  # a rule's `credentials: forward`
+    body_file: FileBody | None = None  # a body too large for the journal, sent from its file
 
     @property
     def repeatable(self) -> bool:
@@ -66,6 +69,7 @@ class InverseRequest:
             says_repeatable=bool(data.get("repeatable")),
             forward_credentials=data.get("credentials") == "forward",
             body_unreadable=bool(data.get("body_unreadable")),
+            body_file=FileBody.from_json(data.get("body_file")),
         )
 
 

@@ -179,7 +179,7 @@ def _put_back(url: str, snap: Snapshot, tags: list[tuple[str, str]]) -> dict[str
     if tags:
         headers["x-amz-tagging"] = urlencode(tags)
     return request(
-        "PUT", url, snap.body, snap.content_type or "binary/octet-stream", headers or None
+        "PUT", url, snap.replay_body, snap.content_type or "binary/octet-stream", headers or None
     )
 
 

@@ -62,6 +62,9 @@ def _match(rule: Rule) -> str:
     parts.extend(f"{b.path.text} {b.condition.describe()}" for b in spec.body)
     if spec.graphql is not None:
         parts.append(f"graphql: {'|'.join(sorted(spec.graphql))}")
+    if spec.mcp_tools is not None:
+        parts.append(f"mcp_tool: {'|'.join(spec.mcp_tools)}")
+    parts.extend(f"mcp_annotations.{a.describe()}" for a in spec.mcp_annotations)
     return " ".join(parts)
 
 

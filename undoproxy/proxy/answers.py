@@ -188,16 +188,31 @@ def internal_error(step_id: str, forwarded: bool, upstream_status: int | None) -
 
 
 def body_too_large(limit: int, size: int, *, announced: bool) -> http.Response:
-    """413: the request body is larger than undoproxy buffers to judge; nothing forwarded and
-    the rest of the body not read (the connection is closed after this answer)."""
+    """413: the request body is larger than `proxy.max_body`; nothing forwarded and the rest
+    of the body not read (the connection is closed after this answer)."""
     said = f"announces {size} bytes" if announced else f"went past {limit} bytes"
     return json_response(
         413,
         {
             "error": "undoproxy_body_too_large",
             "limit": limit,
-            "message": f"the request body {said}; undoproxy judges bodies of at most {limit} "
-            "bytes, so it was not forwarded",
+            "message": f"the request body {said}; undoproxy takes bodies of at most {limit} "
+            "bytes (proxy.max_body), so it was not forwarded",
+        },
+        {"Connection": "close"},
+    )
+
+
+def cannot_spool(detail: str) -> http.Response:
+    """507: a request body too large to hold could not be spooled to disk to be judged (the
+    disk is full or refuses it); nothing forwarded."""
+    return json_response(
+        507,
+        {
+            "error": "undoproxy_spool_failed",
+            "message": "the request body is too large to hold in memory and undoproxy could "
+            "not spool it to disk to judge it, so it was not forwarded",
+            "detail": detail,
         },
         {"Connection": "close"},
     )

@@ -7,18 +7,78 @@ without a cap, on the event loop (see undoproxy/codings.py). The `Bodies` addon 
 body once, in a worker thread when it is large and encoded; a body that cannot be decoded is
 kept as sent with its problem, which the rules treat as ambiguous. The journal stores bodies
 as they were sent.
+
+A request body too large to hold (spooled to disk while it arrived: proxy/bounded.py) is not
+read at all: it is judged as a body whose content is unknown (`problem` says why), which the
+rules treat as ambiguous; `body_copy` gives its first bytes, length and SHA-256 either way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections.abc import Iterator
 
 from mitmproxy import http
 
 from undoproxy import codings
+from undoproxy.bodyfiles import BodyCopy, Spool
 from undoproxy.codings import Decoded
 from undoproxy.limits import DECODE_IN_THREAD_OVER
 from undoproxy.proxy.state import FlowState, state_of
+
+SPOOLED = "undoproxy_spooled"  # flow.metadata: the BodyCopy of a spooled request body
+SPOOL = "undoproxy_spool"  # flow.metadata: the Spool itself, while the request hooks run
+# flow.metadata: a request judged on its headers, before its body (a gRPC stream: proxy/
+# bounded.py): "judging" while the request hooks run, then "judged"
+JUDGED_EARLY = "undoproxy_judged_early"
+
+
+def spooled(flow: http.HTTPFlow) -> BodyCopy | None:
+    """The copy of a request body that was spooled instead of buffered (None: buffered)."""
+    value = flow.metadata.get(SPOOLED)
+    return value if isinstance(value, BodyCopy) else None
+
+
+def spooled_pieces(flow: http.HTTPFlow, overlap: int) -> Iterator[bytes]:
+    """A spooled body again, read from its file a record at a time, each piece beginning
+    with the last `overlap` bytes of the one before (so that a needle of up to `overlap + 1`
+    bytes is found whole in some piece); nothing for a body that was not spooled. Reads the
+    disk: call it off the event loop."""
+    spool = flow.metadata.get(SPOOL)
+    if not isinstance(spool, Spool):
+        return
+    tail = b""
+    for piece in spool.chunks():
+        yield tail + piece
+        tail = piece[-overlap:] if overlap else b""
+
+
+def replace_spooled_head(flow: http.HTTPFlow, head: bytes) -> None:
+    """Put another head in a spooled body's copy (what the journal keeps of it): one with
+    secrets cut out (proxy/brokering.py)."""
+    copy = spooled(flow)
+    if copy is not None:
+        flow.metadata[SPOOLED] = BodyCopy(head, copy.length, copy.sha256)
+
+
+def body_copy(flow: http.HTTPFlow, keep: int) -> BodyCopy:
+    """What the journal keeps of the request body: its first `keep` bytes, length, SHA-256
+    (an empty body has no SHA-256: "")."""
+    copy = spooled(flow)
+    if copy is not None:
+        return BodyCopy(copy.head[:keep], copy.length, copy.sha256)
+    body = flow.request.raw_content or b""
+    return BodyCopy(body[:keep], len(body), hashlib.sha256(body).hexdigest() if body else "")
+
+
+def body_identity(flow: http.HTTPFlow) -> bytes:
+    """Bytes equal for two requests exactly when their bodies are (the body itself, or for a
+    spooled one its length and SHA-256): what approvals and repeat guards compare."""
+    copy = spooled(flow)
+    if copy is not None:
+        return f"spooled:{copy.length}:{copy.sha256}".encode()
+    return flow.request.raw_content or b""
 
 
 def codings_of(message: http.Message) -> tuple[str, ...]:
@@ -38,7 +98,9 @@ def request_body(flow: http.HTTPFlow, state: FlowState | None = None) -> Decoded
     state = state or state_of(flow)
     if state is not None and state.request_body is not None:
         return state.request_body
-    decoded = codings.decode(flow.request.raw_content or b"", codings_of(flow.request))
+    decoded = _unread(flow) or codings.decode(
+        flow.request.raw_content or b"", codings_of(flow.request)
+    )
     if state is not None:
         state.request_body = decoded
     return decoded
@@ -58,6 +120,25 @@ def response_body(flow: http.HTTPFlow, state: FlowState | None = None) -> Decode
     return decoded
 
 
+def _unread(flow: http.HTTPFlow) -> Decoded | None:
+    """How a spooled body, or one judged before it arrives, is judged: unknown content, with
+    the reason."""
+    if flow.metadata.get(JUDGED_EARLY):
+        return Decoded(
+            b"",
+            "a gRPC request is a stream of messages: it is judged by its method, before its "
+            "messages arrive",
+        )
+    copy = spooled(flow)
+    if copy is None:
+        return None
+    return Decoded(
+        b"",
+        f"the body is {copy.length} bytes, too large to hold while it is judged; it was kept "
+        "on disk, unread",
+    )
+
+
 def readable(decoded: Decoded | None) -> bytes | None:
     """What a decoded body says, or None when that is unknown (streamed, undecodable)."""
     if decoded is None or decoded.problem is not None:
@@ -73,7 +154,7 @@ class Bodies:
         state = state_of(flow)
         if state is None or flow.response is not None or state.request_body is not None:
             return
-        state.request_body = await decode_off_loop(
+        state.request_body = _unread(flow) or await decode_off_loop(
             flow.request.raw_content or b"", codings_of(flow.request)
         )
 

@@ -24,6 +24,7 @@ there: nothing, a placeholder) and, for `aws:`, signs the request again with the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -33,11 +34,21 @@ from mitmproxy import http
 from undoproxy import redact
 from undoproxy.broker import Broker, Found
 from undoproxy.proxy import answers
-from undoproxy.proxy.bodies import request_body, response_body
+from undoproxy.proxy.bodies import (
+    replace_spooled_head,
+    request_body,
+    response_body,
+    spooled,
+    spooled_pieces,
+)
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.signing import SIGNED_CHUNKS, canonical_query
 
 log = logging.getLogger(__name__)
+# Bytes each piece of a spooled body repeats from the one before when it is searched for
+# secrets: a value up to this long (the largest a secret may be) is found across the edge of
+# two pieces.
+NEEDLE_OVERLAP = 64 * 1024
 # What the agent's signature leaves that undoproxy's replaces (sign_v4 sets the same ones).
 _SIGNATURE_HEADERS = ("Authorization", "X-Amz-Date", "X-Amz-Content-Sha256", "X-Amz-Security-Token")
 
@@ -53,13 +64,17 @@ class KeepSecretsFromAgent:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         """Refuse a real value, a placeholder out of scope, or signed body chunks."""
         state = state_of(flow)
         if state is None or flow.response is not None or not self.broker.entries:
             return
         request = flow.request
         found = self.broker.find(self._places(flow, state))
+        if found is None and spooled(flow) is not None:
+            # A body too large to hold was spooled to disk: read it back, off the event loop.
+            pieces = (("the body", p) for p in spooled_pieces(flow, NEEDLE_OVERLAP))
+            found = await asyncio.to_thread(self.broker.find, pieces)
         if found is not None:
             self._cut_out(flow, state)
             self._refuse(
@@ -139,6 +154,9 @@ class KeepSecretsFromAgent:
             state.intent = broker.scrub(state.intent)
         raw = request.raw_content or b""
         decoded = request_body(flow, state).body
+        copy = spooled(flow)
+        if copy is not None:  # the journal keeps its first bytes: never a secret in them
+            replace_spooled_head(flow, broker.scrub_bytes(copy.head, _cut))
         if broker.find([("", raw)]) is not None:
             _set_body(request, broker.scrub_bytes(raw, _cut))
         elif decoded is not raw and broker.find([("", decoded)]) is not None:
@@ -219,17 +237,24 @@ class InjectSecrets:
         for name, value in injection.headers.items():
             request.headers[name] = value
         if injection.signer is not None:
-            _sign(request, self.broker, injection.signer)
+            copy = spooled(flow)
+            _sign(request, self.broker, injection.signer, copy.sha256 if copy else None)
         state.brokered = injection.names
         self.broker.count(injection.names, "agent")
 
 
-def _sign(request: http.Request, broker: Broker, signer: Any) -> None:
+def _sign(request: http.Request, broker: Broker, signer: Any, spooled_sha: str | None) -> None:
     """Sign `request` again with `signer`'s key: its signature headers and its query (made
-    canonical, a presigned URL's signature dropped) replaced; Host set where it is sent."""
+    canonical, a presigned URL's signature dropped) replaced; Host set where it is sent. A
+    spooled body (proxy/bounded.py) is signed by its hash: it is not in memory."""
     headers = {k: v for k, v in request.headers.items()}
     url, signed = broker.signers.sign(
-        request.method, request.url, headers, request.raw_content, entry=signer
+        request.method,
+        request.url,
+        headers,
+        request.raw_content,
+        entry=signer,
+        payload_sha256=spooled_sha,
     )
     for name in _SIGNATURE_HEADERS:
         value = next((v for k, v in signed.items() if k.lower() == name.lower()), None)

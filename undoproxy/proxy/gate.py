@@ -17,6 +17,7 @@ from mitmproxy import http
 
 from undoproxy import redact
 from undoproxy.proxy import answers
+from undoproxy.proxy.bodies import body_identity
 from undoproxy.proxy.budgets import Budgets
 from undoproxy.proxy.planning import plan_of, request_view
 from undoproxy.proxy.state import FlowState, decided_state
@@ -83,7 +84,7 @@ class Gate:
                 return
             request = flow.request
             repeated = self.budgets.repeated(
-                state.session_id, rule, request.method, request.url, request.raw_content or b""
+                state.session_id, rule, request.method, request.url, body_identity(flow)
             )
             if repeated is not None:
                 state.action, state.hold_source = "hold", "guard.repeat"
@@ -112,7 +113,8 @@ class Gate:
         """The action of the first matching rule, or of the defaults."""
         match = None
         if self.rules.rules:
-            state.view = request_view(flow, state)
+            # Built once per request (the MCP addon may have built it, with the tool's hints).
+            state.view = state.view or request_view(flow, state)
             match = self.rules.match(state.view)
         if match is None:
             if state.is_mutation:

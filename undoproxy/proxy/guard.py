@@ -15,6 +15,9 @@ one raises on a flow, answers the agent itself and stops the chain for that hook
                                             closed (`close_socket`): nothing more is relayed
     websocket_end                           logged
 
+Once the request hooks have run, an answer of undoproxy's own is given the shape the agent's
+protocol expects (`reshape`: an MCP client gets a JSON-RPC error in a 200, proxy/mcp.py).
+
 The failure is logged with its traceback and journaled on the flow's step (a new `failed`
 step when there was none yet; `unknown` when the request had been forwarded, so that rollback
 decides it by reading the target). Hooks that are not about one flow (`running`, `done`,
@@ -36,6 +39,7 @@ from undoproxy.compensators.record import nothing
 from undoproxy.inflight import InFlight
 from undoproxy.methods import is_mutation
 from undoproxy.proxy import answers
+from undoproxy.proxy.bodies import JUDGED_EARLY
 from undoproxy.proxy.state import KEY, FlowState, state_of
 from undoproxy.proxy.steps import new_step
 from undoproxy.store.journal import Journal
@@ -49,6 +53,7 @@ FLOW_HOOKS = (*BEFORE_FORWARDING, *AFTER_FORWARDING, "error")
 SOCKET_HOOKS = ("websocket_start", "websocket_message", "websocket_end")
 OTHER_HOOKS = ("running", "done", "client_disconnected")
 CloseSocket = Callable[[http.HTTPFlow, str], None]
+Reshape = Callable[[http.HTTPFlow], None]
 
 
 class FailClosed:
@@ -62,6 +67,7 @@ class FailClosed:
         journal: Journal,
         inflight: InFlight | None = None,
         close_socket: CloseSocket | None = None,
+        reshape: Sequence[Reshape] = (),
     ) -> None:
         unknown = {
             f"{type(a).__name__}.{h}"
@@ -75,6 +81,7 @@ class FailClosed:
         self.journal = journal
         self.inflight = inflight
         self.close_socket = close_socket  # closes a WebSocket's connections (websockets.py)
+        self.reshape = list(reshape)  # give undoproxy's own answers the agent's protocol
         self.failures = 0
 
     # --- flow hooks -----------------------------------------------------------------------
@@ -88,8 +95,17 @@ class FailClosed:
         await self._flow_hook("requestheaders", flow)
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        """Whole request read; nothing forwarded yet."""
+        """Whole request read; nothing forwarded yet (a request judged on its headers, a gRPC
+        stream, ran this hook then: the one at the end of its body is not ours)."""
+        if flow.metadata.get(JUDGED_EARLY) == "judged":
+            return
         await self._flow_hook("request", flow)
+        if flow.response is not None:
+            for reshape in self.reshape:
+                try:
+                    reshape(flow)
+                except Exception:  # the answer stays as it was: still a refusal
+                    log.exception("could not reshape undoproxy's answer for its protocol")
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
         """Upstream answered; body not yet read."""

@@ -28,10 +28,11 @@ from undoproxy.approvals.diff import PREVIEW_METHODS, update_diff
 from undoproxy.approvals.grouping import card_context, grouping_key
 from undoproxy.approvals.queue import ApprovalQueue, Decision
 from undoproxy.errors import JournalError
+from undoproxy.limits import MUTATION_BODY_LIMIT
 from undoproxy.proxy import answers
-from undoproxy.proxy.bodies import request_body
+from undoproxy.proxy.bodies import body_identity, request_body, spooled
 from undoproxy.proxy.state import FlowState
-from undoproxy.proxy.steps import MUTATION_BODY_LIMIT, new_step
+from undoproxy.proxy.steps import new_step
 from undoproxy.store import approvals as store
 from undoproxy.store.approvals import Approval
 from undoproxy.store.journal import Journal
@@ -48,7 +49,7 @@ def fingerprint(flow: http.HTTPFlow) -> str:
     URL, every forwarded header, body): only those share an approval."""
     request = flow.request
     return grouping_key(
-        request.method, request.url, request.headers.items(multi=True), request.raw_content
+        request.method, request.url, request.headers.items(multi=True), body_identity(flow)
     )
 
 
@@ -156,8 +157,10 @@ class Holds:
         decoded = request_body(flow, state)
         raw = decoded.body
         parsed: Any = None
+        copy = spooled(flow)
+        length = copy.length if copy is not None else len(raw)
         if decoded.problem is not None:
-            shown = f"<{len(raw)} bytes as sent: {redact.text(decoded.problem)}>"
+            shown = f"<{length} bytes as sent: {redact.text(decoded.problem)}>"
         elif raw and len(raw) <= MUTATION_BODY_LIMIT:
             try:
                 parsed = json.loads(raw)
@@ -174,8 +177,8 @@ class Holds:
         context: dict[str, Any] = {
             "host": host,
             "content_type": content_type or None,
-            "body": shown if raw else None,
-            "body_length": len(raw),
+            "body": shown if length else None,
+            "body_length": length,
             "badges": badges.compute(
                 request.method,
                 parsed,

@@ -147,6 +147,20 @@ class JournalAddon:
         else:
             self.journal.update(state.step, **fields, **state.outcome_fields)
 
+    def _cut_short(self, flow: http.HTTPFlow, state: FlowState, message: str) -> None:
+        """The upstream had answered (its status is known) when a side closed the stream:
+        an MCP client closes an answer's event stream once it has its reply, an agent stops
+        reading a download. The outcome is the status; the journal's copy is partial."""
+        fields = response_fields(flow, state)
+        fields["error"] = f"{message}: the stream was cut short after the upstream answered"
+        if state.step is None:
+            step = new_step(flow, state, self.journal, "succeeded", record=False)
+            for k, v in fields.items():
+                setattr(step, k, v)
+            self.journal.record(step)
+        else:
+            self.journal.update(state.step, **fields, **state.outcome_fields)
+
     def error(self, flow: http.HTTPFlow) -> None:
         """The upstream could not be reached or the connection broke."""
         state = state_of(flow)
@@ -155,6 +169,9 @@ class JournalAddon:
         if state is None or state.answered:
             return
         message = flow.error.msg if flow.error else "connection error"
+        if flow.response is not None:
+            self._cut_short(flow, state, message)
+            return
         duration = round((time.monotonic() - state.started) * 1000, 3)
         if state.step is None:
             step = new_step(flow, state, self.journal, "failed")

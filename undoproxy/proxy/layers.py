@@ -14,13 +14,10 @@ mitmproxy's own decision and keeps only HTTP:
 - inside a tunnel, an HTTP/1 stream must begin with a request line (method, target,
   version); anything else is refused the same way (mitmproxy would otherwise parse it as
   HTTP in its own lenient way, or wait forever after a leading empty line);
-- every HTTP layer becomes a `BoundedHttpLayer`, whose streams refuse a request body past
-  `MAX_REQUEST_BODY` at once (413 `undoproxy_body_too_large`, announced or as it arrives:
-  never buffered past the limit, never streamed upstream) and stream a response to the agent
-  once more than `STREAM_RESPONSE_OVER` of it has arrived, rather than buffer it whole.
-  mitmproxy's own `body_size_limit` and `stream_large_bodies` cannot do this: they apply to
-  both directions, answer in HTML, and the latter streams a request upstream before our
-  hooks have judged it.
+- every HTTP layer becomes a `BoundedHttpLayer` (proxy/bounded.py), whose streams spool a
+  large request body to disk to judge it before a byte is forwarded, refuse one past
+  `proxy.max_body` at once (413 `undoproxy_body_too_large`), and stream a large response to
+  the agent rather than buffer it whole.
 
 server.py also turns `rawtcp` off, so that a non-WebSocket 101 closes the connection.
 """
@@ -29,30 +26,17 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Iterator
 
 from mitmproxy import connection
-from mitmproxy.net.http import status_codes
 from mitmproxy.proxy import commands, events, layer
 from mitmproxy.proxy.context import Context
 from mitmproxy.proxy.layers import DNSLayer, TCPLayer, UDPLayer
-from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode, HttpStream, SendHttp
-from mitmproxy.proxy.layers.http._events import (
-    ResponseData,
-    ResponseEndOfMessage,
-    ResponseProtocolError,
-)
-from mitmproxy.proxy.layers.http._hooks import (
-    HttpRequestHeadersHook,
-    HttpRequestHook,
-    HttpResponseHeadersHook,
-)
+from mitmproxy.proxy.layers.http import HttpLayer, HTTPMode
 from mitmproxy.proxy.layers.quic import RawQuicLayer
 
-from undoproxy.limits import MAX_REQUEST_BODY, STREAM_RESPONSE_OVER
 from undoproxy.proxy import answers
-from undoproxy.proxy.state import state_of
+from undoproxy.proxy.bounded import BodyPolicy, bound
 from undoproxy.proxy.steps import refused_connection_step
 from undoproxy.store.journal import Journal
 
@@ -114,87 +98,6 @@ class Refusal(layer.Layer):
         yield commands.CloseConnection(client)
 
 
-class BoundedStream(HttpStream):
-    """An HTTP stream that never buffers a body without bound (see the module docstring)."""
-
-    def check_body_size(self, request: bool) -> layer.CommandGenerator[bool]:
-        if request:
-            return (yield from self._bound_request())
-        yield from self._bound_response()
-        return False
-
-    def _bound_request(self) -> layer.CommandGenerator[bool]:
-        early = not self.request_body_buf  # announced, before the requestheaders hook ran
-        size = _announced(self) if early else len(self.request_body_buf)
-        if size is None or size <= MAX_REQUEST_BODY:
-            return False
-        self.request_body_buf.clear()
-        flow = self.flow
-        if early:
-            yield HttpRequestHeadersHook(flow)  # identity: the refusal is filed in its session
-        if flow.response is None:
-            flow.response = answers.body_too_large(MAX_REQUEST_BODY, size, announced=early)
-            state = state_of(flow)
-            if state is not None:
-                state.answered = True
-        log.warning(
-            "refused a request body of %s bytes (over %d): %s %s",
-            size if early else f"more than {MAX_REQUEST_BODY}",
-            MAX_REQUEST_BODY,
-            flow.request.method,
-            flow.request.pretty_host,
-        )
-        yield HttpRequestHook(flow)  # the journal records the refusal (nothing forwarded)
-        flow.response.timestamp_start = time.time()
-        yield HttpResponseHeadersHook(flow)
-        yield from self.send_response()
-        if flow.request.is_http2:
-            # HTTP/2 can end our side of the stream and ignore what the agent still sends.
-            yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
-        else:
-            # HTTP/1: the rest of the body is never read; closing is the only way past it.
-            yield SendHttp(
-                ResponseProtocolError(
-                    self.stream_id, "request body too large", status_codes.NO_RESPONSE
-                ),
-                self.context.client,
-            )
-        self.client_state = self.server_state = self.state_errored
-        flow.live = False
-        return True
-
-    def _bound_response(self) -> layer.CommandGenerator[None]:
-        response = self.flow.response
-        if response is None or response.stream or not self.response_body_buf:
-            return  # announced sizes are streamed by the Streaming addon's responseheaders
-        if len(self.response_body_buf) <= STREAM_RESPONSE_OVER:
-            return
-        # As mitmproxy's stream_large_bodies does for a response: send what arrived, then
-        # pass the rest on as it comes.
-        response.stream = True
-        arrived = bytes(self.response_body_buf)
-        self.response_body_buf.clear()
-        yield from self.start_response_stream()
-        yield from self.handle_event(ResponseData(self.stream_id, arrived))
-
-
-def _announced(stream: HttpStream) -> int | None:
-    """The request body size its headers announce (Content-Length), or None."""
-    value = stream.flow.request.headers.get("content-length")
-    if value is None or not value.strip().isdigit():
-        return None  # chunked, or invalid (mitmproxy refuses that itself)
-    return int(value.strip())
-
-
-class BoundedHttpLayer(HttpLayer):
-    """mitmproxy's HTTP layer, with `BoundedStream`s."""
-
-    def make_stream(self, stream_id: int) -> layer.CommandGenerator[None]:
-        ctx = self.context.fork()
-        self.streams[stream_id] = BoundedStream(ctx, stream_id)
-        yield from self.event_to_child(self.streams[stream_id], events.Start())
-
-
 def _chain(top: layer.Layer) -> Iterator[layer.Layer]:
     """A decided layer and the children it was built with (a TLS layer holds the next)."""
     current: layer.Layer | None = top
@@ -207,7 +110,8 @@ class ProtocolPolicy:
     """mitmproxy addon: HTTP or nothing (see the module docstring). Add it right after
     mitmproxy's NextLayer addon: it amends the decision that one made."""
 
-    def __init__(self, on_refused: OnRefused | None = None) -> None:
+    def __init__(self, bodies: BodyPolicy, on_refused: OnRefused | None = None) -> None:
+        self.bodies = bodies
         self.on_refused = on_refused
         self.refused = 0
 
@@ -235,7 +139,7 @@ class ProtocolPolicy:
             return
         for x in chain:
             if type(x) is HttpLayer:
-                x.__class__ = BoundedHttpLayer
+                bound(x, self.bodies)
         if (
             isinstance(chosen, HttpLayer)
             and chosen.mode is HTTPMode.transparent

@@ -12,6 +12,12 @@ fails the mutation is not forwarded (502), a signed request included, unless the
 hold-irreversible` only once a person approved it). After the response: complete the
 compensation from it, and record what the agent's write produced (the drift-check baseline),
 re-reading the target in the background when the response did not say.
+
+A target larger than SNAPSHOT_IN_JOURNAL is not kept in the journal row: its body goes to an
+encrypted body file of the session (undoproxy/bodyfiles.py) as it is read, up to
+`proxy.max_body`, and the snapshot names it; a restore streams it back from there and the
+verification compares by its SHA-256. A session's body files are removed once it is committed
+or rolled back (nothing will replay them), and at start for sessions that were meanwhile.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 from mitmproxy import http
 
 from undoproxy import redact
+from undoproxy.bodyfiles import BodyFiles
 from undoproxy.compensators.build import complete, prepare
 from undoproxy.compensators.model import (
     AFTER_BODY_LIMIT,
@@ -43,6 +50,7 @@ from undoproxy.compensators.record import nothing
 from undoproxy.compensators.rpc import left_after
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
 from undoproxy.inflight import InFlight
+from undoproxy.limits import MAX_REQUEST_BODY, SNAPSHOT_IN_JOURNAL
 from undoproxy.proxy import answers
 from undoproxy.proxy.bodies import readable, request_body, response_body
 from undoproxy.proxy.planning import plan_of
@@ -52,6 +60,7 @@ from undoproxy.retry import RetryPolicy
 from undoproxy.store.journal import Journal
 from undoproxy.upstream import (
     BodyTooLarge,
+    Spill,
     UpstreamClient,
     UpstreamError,
     UpstreamResponse,
@@ -60,8 +69,9 @@ from undoproxy.upstream import (
 
 log = logging.getLogger(__name__)
 SNAPSHOT_RETRY = RetryPolicy(attempts=3, base=0.1, cap=1.0, max_retry_after=5.0)
-SNAPSHOT_LIMIT = 10 * 1024 * 1024
-SNAPSHOTS_TOTAL = 64 * 1024 * 1024  # all the snapshots of one step together
+SNAPSHOT_LIMIT = SNAPSHOT_IN_JOURNAL  # a larger target is kept in a body file, or refused
+SNAPSHOTS_TOTAL = 64 * 1024 * 1024  # all the snapshots of one step together, in the journal
+CLOSED_STATES = frozenset({"committed", "rolled_back"})  # nothing replays their body files
 SNAPSHOT_PARALLEL = 8
 
 
@@ -85,12 +95,17 @@ class Snapshots:
         *,
         auto: bool,
         hold_irreversible: bool = False,
+        files: BodyFiles | None = None,
+        max_body: int = MAX_REQUEST_BODY,
     ) -> None:
         self.journal = journal
         self.client = client
         self.box = box
         self.auto = auto
         self.hold_irreversible = hold_irreversible
+        self.files = files  # where targets too large for the journal are kept
+        self.max_body = max_body
+        self._stop_listening: list[Any] = []
         self._background: set[asyncio.Task[None]] = set()
         # Reads right after a write, per session, until their after-image is recorded: a
         # rollback waits for them (its drift check and its "was the write at this URL"
@@ -106,9 +121,11 @@ class Snapshots:
         extra: dict[str, str] | None = None,
         body: bytes | None = None,
         absent_when: dict[str, Any] | None = None,
+        spill: bool = False,
     ) -> Snapshot:
         """GET `url` as the agent would, retrying where that is safe; raises SnapshotFailed
-        (also when the target is over SNAPSHOT_LIMIT: read no further than that).
+        (also when the target is over SNAPSHOT_LIMIT: read no further than that; with
+        `spill`, over `max_body`, a larger one going to a body file).
         Another read (a PROPFIND) gives its `method`, its own `extra` headers and `body`.
 
         The agent's credentials go only to the origin it sent the request to; request-specific
@@ -125,7 +142,12 @@ class Snapshots:
                 url, flow.request.url, redact.credential_headers(items), forward=forward
             ),
         }
-        resp = await self._read(flow, url, method, {**headers, **(extra or {})}, body)
+        to = None
+        if spill and self.files is not None and state is not None:
+            to = Spill(self.files, state.session_id, self.max_body)
+        resp = await self._read(flow, url, method, {**headers, **(extra or {})}, body, spill=to)
+        if resp.file is not None and not 200 <= resp.status < 300 and self.files is not None:
+            self.files.discard(resp.file.name)  # an error page, however long: not a snapshot
         if resp.status in (404, 410):
             return Snapshot(url, resp.status)
         gone = absent_answer(absent_when, resp.status, resp.body)
@@ -148,6 +170,7 @@ class Snapshots:
             resp.header("Last-Modified"),
             resp.header("Content-Type"),
             representation_headers(list(resp.headers.items())),
+            file=resp.file,
         )
 
     async def _read(
@@ -160,6 +183,7 @@ class Snapshots:
         *,
         keep: int = SNAPSHOT_LIMIT,
         need_all: bool = True,
+        spill: Spill | None = None,
     ) -> UpstreamResponse:
         """One read of undoproxy's own, retried where safe; SnapshotFailed when it fails."""
         state = state_of(flow)
@@ -173,11 +197,18 @@ class Snapshots:
                 keep=keep,
                 need_all=need_all,
                 session=state.session_id if state is not None else None,
+                spill=spill,
             )
         except UpstreamError as exc:
             raise SnapshotFailed(str(exc)) from None
         except BodyTooLarge:
-            raise SnapshotFailed(f"the target is larger than {SNAPSHOT_LIMIT} bytes") from None
+            limit = spill.limit if spill is not None else keep
+            raise SnapshotFailed(
+                f"the target is larger than {limit} bytes"
+                + (" (proxy.max_body)" if spill is not None else "")
+            ) from None
+        except OSError as exc:  # the body file could not be written
+            raise SnapshotFailed(f"the target could not be kept on disk: {exc}") from None
 
     def _plan(self, flow: http.HTTPFlow, state: FlowState) -> Plan:
         return plan_of(flow, state, auto=self.auto, signers=self.client.signers)
@@ -191,7 +222,7 @@ class Snapshots:
 
         async def one(url: str) -> Snapshot:
             async with gate:
-                return await self.take(url, flow)
+                return await self.take(url, flow, spill=True)
 
         taken = await asyncio.gather(*(one(u) for u in urls))
         if sum(len(s.body) for s in taken) > SNAPSHOTS_TOTAL:
@@ -401,6 +432,11 @@ class Snapshots:
             state.step.id if state.step else "", redact.url(url), detail, challenge
         )
 
+    async def error(self, flow: http.HTTPFlow) -> None:
+        """A stream cut short after the upstream answered: complete from what is known."""
+        if flow.response is not None:
+            await self.response(flow)
+
     async def response(self, flow: http.HTTPFlow) -> None:
         """Complete the compensation from the response."""
         state = state_of(flow)
@@ -510,8 +546,31 @@ class Snapshots:
             # Only `after` changes: the outcome written before it keeps the rest of the record.
             self.journal.set_after(state.step, after)
 
+    # --- body files ---------------------------------------------------------------------------
+
+    async def running(self) -> None:
+        """Remove the body files of sessions closed while undoproxy was down; listen for
+        sessions that close from now on (here or on another replica)."""
+        if self.files is None:
+            return
+        for session_id in self.files.sessions():
+            session = await self.journal.find_session(session_id)
+            if session is None or session.state in CLOSED_STATES:
+                self.files.forget(session_id)
+        events = self.journal.events
+        self._stop_listening = [events.listen(self._closed), events.listen_remote(self._closed)]
+
+    def _closed(self, kind: str, data: dict[str, Any]) -> None:
+        if self.files is None or kind != "session" or data.get("state") not in CLOSED_STATES:
+            return
+        if isinstance(data.get("id"), str):
+            self.files.forget(data["id"])
+
     async def done(self) -> None:
         """Let in-flight after-reads finish, then close the client."""
+        for stop in self._stop_listening:
+            stop()
+        self._stop_listening = []
         if self._background:
             await asyncio.wait(self._background, timeout=5)
         await self.client.close()

@@ -40,6 +40,12 @@ class FlowState:
     pending_fields: dict[str, Any] = field(default_factory=dict)  # written ahead with the step
     limits: list[Any] = field(default_factory=list)  # budgets a shared journal fences it on
     outcome_fields: dict[str, Any] = field(default_factory=dict)  # written with the outcome
+    # What a protocol addon learnt about the exchange (proxy/mcp.py: `mcp`), kept in the
+    # step's `meta` whatever rule matched
+    facts: dict[str, Any] = field(default_factory=dict)
+    response_keep: int | None = None  # bytes of a streamed answer to keep, when more is needed
+    mcp: Any = None  # the MCP exchange (proxy/mcp.py), when this is one
+    failure: str | None = None  # why an answer that looks like success is not (gRPC status)
     brokered: tuple[str, ...] = ()  # secrets put into the request (proxy/brokering.py)
     # (header fields, path, url) as the agent sent them, while the secrets are put in
     as_agent_sent: Any = None

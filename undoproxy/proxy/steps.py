@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -10,17 +11,15 @@ from typing import Any
 from mitmproxy import http
 
 from undoproxy import redact
-from undoproxy.proxy.bodies import readable, request_body, response_body
+from undoproxy.limits import MUTATION_BODY_LIMIT, READ_BODY_LIMIT
+from undoproxy.proxy.bodies import body_copy, readable, request_body, response_body
 from undoproxy.proxy.state import FlowState
-from undoproxy.proxy.streaming import StreamTail
+from undoproxy.proxy.streaming import BodyTap
 from undoproxy.rules.matcher import graphql_operation
 from undoproxy.rules.record import request_fields
 from undoproxy.rules.request import NOT_JSON
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step, new_id
-
-READ_BODY_LIMIT = 64 * 1024  # what the journal keeps of a read's bodies
-MUTATION_BODY_LIMIT = 1024 * 1024  # mutations keep more: compensations and drift checks use them
 
 
 def body_limit(state: FlowState) -> int:
@@ -36,7 +35,7 @@ def new_step(
     `record=False` leaves `meta` to the caller (a read recorded with its response at once).
     """
     request = flow.request
-    body = request.raw_content or b""
+    body = body_copy(flow, body_limit(state))
     rule = state.rule
     headers, url = request.headers, request.url
     if state.as_agent_sent is not None:  # secrets are in it (proxy/brokering.py): not the agent's
@@ -55,14 +54,21 @@ def new_step(
         action=state.action,
         captures=state.captures or None,
         request_headers=[list(p) for p in redact.headers(headers.items(multi=True))],
-        request_body=body[: body_limit(state)] if body else None,
-        request_body_len=len(body),
-        request_body_sha256=hashlib.sha256(body).hexdigest() if body else None,
+        request_body=body.head or None,
+        request_body_len=body.length,
+        request_body_sha256=body.sha256 or None,
         intent=state.intent,
-        meta=record_meta(flow, state, with_response=False) if record else None,
+        meta=with_facts(record_meta(flow, state, with_response=False), state) if record else None,
     )
     state.step = step
     return step
+
+
+def with_facts(meta: dict[str, Any] | None, state: FlowState) -> dict[str, Any] | None:
+    """`meta` with what protocol addons learnt about the exchange (`state.facts`)."""
+    if not state.facts:
+        return meta
+    return {**(meta or {}), **copy.deepcopy(state.facts)}
 
 
 def record_meta(
@@ -84,8 +90,9 @@ def record_meta(
     headers: dict[str, str] = {}
     if response is not None:
         headers = dict(response.headers.items())
-        if isinstance(response.stream, StreamTail):
-            docs = response.stream.events()
+        tap = response.stream
+        if isinstance(tap, BodyTap) and tap.tail is not None:
+            docs = tap.tail.events()
         elif not response.stream:
             try:
                 docs = [json.loads(readable(response_body(flow, state)) or b"")]
@@ -129,26 +136,58 @@ def _shown(value: Any) -> str:
 
 
 def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
-    """The journal fields a response fills in."""
+    """The journal fields a response fills in (a streamed one's from its tap: first bytes,
+    length and SHA-256, in `meta.stream`; a request streamed on after it was judged, a gRPC
+    stream, gets its own copy from its tap too)."""
     response = flow.response
     assert response is not None
+    tap = response.stream if isinstance(response.stream, BodyTap) else None
     streamed = bool(response.stream)
-    body = None if streamed else (response.raw_content or b"")
     # 101 to a WebSocket upgrade is its success: the socket is open (proxy/websockets.py).
     opened = response.status_code == 101 and flow.websocket is not None
     ok = 200 <= response.status_code < 300 or opened
-    refused = _refused_in_body(flow, state) if ok and not streamed else None
-    error = "response streamed to the agent; body not journaled" if streamed else refused
+    refused = (_refused_in_body(flow, state) if ok and not streamed else None) or state.failure
+    meta = with_facts(record_meta(flow, state, with_response=True), state)
+    error = refused
+    if tap is not None:
+        copy = tap.copy()
+        body: bytes | None = copy.head
+        length: int | None = copy.length
+        meta = {**(meta or {}), "stream": stream_meta(tap)}
+        if not tap.ended:
+            error = "the stream ended before its end: the copy is partial"
+    elif streamed:  # streamed by something other than undoproxy's tap
+        body, length = None, None
+        error = error or "response streamed to the agent; body not journaled"
+    else:
+        raw = response.raw_content or b""
+        body, length = raw[: body_limit(state)], len(raw)
+    fields: dict[str, object] = {}
+    sent = flow.request.stream
+    if isinstance(sent, BodyTap):
+        request_copy = sent.copy()
+        fields = {
+            "request_body": request_copy.head or None,
+            "request_body_len": request_copy.length,
+            "request_body_sha256": request_copy.sha256 if request_copy.length else None,
+        }
     return {
+        **fields,
         "status": "succeeded" if ok and refused is None else "failed",
         "response_status": response.status_code,
         "response_headers": [list(p) for p in redact.headers(response.headers.items(multi=True))],
-        "response_body": body[: body_limit(state)] if body else None,
-        "response_body_len": None if body is None else len(body),
+        "response_body": body or None,
+        "response_body_len": length,
         "duration_ms": round((time.monotonic() - state.started) * 1000, 3),
         "error": error,
-        "meta": record_meta(flow, state, with_response=True),
+        "meta": meta,
     }
+
+
+def stream_meta(tap: BodyTap) -> dict[str, object]:
+    """`meta.stream` of a streamed response: its length, SHA-256 and whether it ended."""
+    copy = tap.copy()
+    return {"length": copy.length, "sha256": copy.sha256, "complete": tap.ended}
 
 
 def _refused_in_body(flow: http.HTTPFlow, state: FlowState) -> str | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from undoproxy.bodyfiles import FileBody
 from undoproxy.compensators.model import parse_json
 from undoproxy.compensators.record import UNREADABLE_BODY, InverseRequest
 from undoproxy.credentials import Credentials, credentials_for, with_query_credentials
@@ -55,6 +56,12 @@ class Outgoing:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None
     session: str | None = None  # whose step it is: its secrets go in (upstream.py)
+    body_file: FileBody | None = None  # a body too large for the journal: sent from its file
+
+    @property
+    def sent_body(self) -> bytes | FileBody | None:
+        """What goes upstream as the body."""
+        return self.body_file if self.body_file is not None else self.body
 
     @property
     def idempotent(self) -> bool:
@@ -175,7 +182,7 @@ def compensation_request(
             body = base64.b64decode(record.body_b64, validate=True)
         except ValueError:
             raise NotSendable("the recorded body is not valid base64") from None
-    if body is not None and record.content_type:
+    if (body is not None or record.body_file is not None) and record.content_type:
         headers["Content-Type"] = record.content_type
     check_headers(headers)
-    return Outgoing(method.upper(), url, headers, body, session)
+    return Outgoing(method.upper(), url, headers, body, session, record.body_file)

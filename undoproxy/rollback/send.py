@@ -283,10 +283,10 @@ class Sender:
     async def _send_once(self, out: Outgoing) -> UpstreamResponse:
         if out.idempotent:
             return await self.client.send_with_retries(
-                out.method, out.url, self.policy, out.headers, out.body, session=out.session
+                out.method, out.url, self.policy, out.headers, out.sent_body, session=out.session
             )
         return await self.client.send(
-            out.method, out.url, out.headers, out.body, session=out.session
+            out.method, out.url, out.headers, out.sent_body, session=out.session
         )
 
 

@@ -284,7 +284,13 @@ class Verifier:
             found = davcheck.differences(check, resp.status, resp.body)
         else:
             found = targets.differences(
-                check, resp.status, resp.headers, resp.body, absent=current.state == ABSENT
+                check,
+                resp.status,
+                resp.headers,
+                resp.body,
+                absent=current.state == ABSENT,
+                sha256=resp.sha256,
+                length=resp.length,
             )
         return current, [f"{name}: {d}" for d in found]
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from undoproxy.rules.conditions import BodyCondition, FieldCondition
 from undoproxy.rules.graphql import Operation, operation_of_request
+from undoproxy.rules.mcp import tool_matches, tool_names
 from undoproxy.rules.patterns import HostPattern, PathTemplate
 from undoproxy.rules.request import NOT_JSON, RequestView
 
@@ -26,6 +27,9 @@ class MatchSpec:
     headers: tuple[FieldCondition, ...] = ()
     body: tuple[BodyCondition, ...] = ()
     graphql: frozenset[str] | None = None  # the GraphQL operation types the request may run
+    mcp_tools: tuple[str, ...] | None = None  # globs of the MCP tools a tools/call may call
+    # Conditions on the annotations the MCP server gave the called tool (hints, by name)
+    mcp_annotations: tuple[FieldCondition, ...] = ()
 
     def host_matches(self, host: str, port: int) -> bool:
         """True when any host pattern matches (or there is none)."""
@@ -68,7 +72,32 @@ class MatchSpec:
             op = graphql_operation(req)
             if op is None or op.type not in self.graphql:
                 return None
+        if self.mcp_tools is not None or self.mcp_annotations:
+            if req.ambiguous:
+                return captures if restrictive else None
+            if self._mcp_mismatch(req, restrictive) is not None:
+                return None
         return captures
+
+    def _mcp_mismatch(self, req: RequestView, restrictive: bool) -> str | None:
+        """Why the MCP part of the spec does not match (None: it does). A batch calling
+        several tools matches a rule that stops requests when any of them does, and one
+        that lets them through only when all of them do."""
+        names = tool_names(req.json)
+        if not names:
+            return "body is not an MCP tools/call"
+        if self.mcp_tools is not None:
+            hits = [tool_matches(self.mcp_tools, n) for n in names]
+            if not (any(hits) if restrictive else all(hits)):
+                wanted = " or ".join(self.mcp_tools)
+                return f"the MCP tool {', '.join(names)} is not {wanted}"
+        hints = req.mcp_annotations
+        for a in self.mcp_annotations:
+            values = [] if hints is None or a.name not in hints else [hints[a.name]]
+            if not a.holds(values):
+                known = "unknown (no tools/list seen)" if hints is None else _values(values)
+                return f"MCP annotation {a.name} = {known} fails {a.condition.describe()}"
+        return None
 
     def mismatches(self, req: RequestView, *, restrictive: bool = False) -> list[str]:
         """Every reason this spec does not match `req` (empty when it matches)."""
@@ -91,7 +120,8 @@ class MatchSpec:
             if not h.holds(values):
                 reasons.append(f"header {h.name}: {_values(values)} fails {h.condition.describe()}")
         doc = req.json if self.body else NOT_JSON
-        ambiguous = req.ambiguous if self.body or self.graphql is not None else None
+        judges_body = self.body or self.graphql is not None or self.mcp_tools is not None
+        ambiguous = req.ambiguous if judges_body or self.mcp_annotations else None
         if ambiguous:
             if not restrictive:
                 reasons.append(
@@ -120,6 +150,10 @@ class MatchSpec:
                 )
             elif op.type not in self.graphql:
                 reasons.append(f"the GraphQL operation is a {op.type}, not {wanted}")
+        if self.mcp_tools is not None or self.mcp_annotations:
+            why = self._mcp_mismatch(req, restrictive)
+            if why is not None:
+                reasons.append(why)
         return reasons
 
 

@@ -25,13 +25,14 @@ from undoproxy.rules.graphql import OPERATION_TYPES
 from undoproxy.rules.jsonpaths import JsonPath
 from undoproxy.rules.match import RuleSet
 from undoproxy.rules.matcher import MatchSpec
+from undoproxy.rules.mcp import HINTS
 from undoproxy.rules.model import HTTP_METHODS, Rule
 from undoproxy.rules.patterns import HostPattern, PathTemplate
 from undoproxy.yamlsource import YDict, YList, load_file, location_of
 
 RULE_KEYS: frozenset[str] = frozenset({"name", "match"}) | RULE_ACTION_KEYS
 MATCH_KEYS: frozenset[str] = frozenset(
-    {"host", "method", "path", "query", "headers", "body", "graphql"}
+    {"host", "method", "path", "query", "headers", "body", "graphql", "mcp_tool", "mcp_annotations"}
 )
 INCLUDE_FILE_KEYS: frozenset[str] = frozenset({"rules"})
 
@@ -217,6 +218,14 @@ def _parse_match(
         else:
             hint = Problems.suggest(value, OPERATION_TYPES)
             problems.add(where, f"unknown GraphQL operation type {value!r}{hint}")
+    tools = [value.strip() for value, _ in _one_or_list(m, "mcp_tool", loc, problems)]
+    annotations = _fields(m, "mcp_annotations", loc, problems, lower=False, text=False)
+    for a in annotations:
+        if a.name not in HINTS:
+            hint = Problems.suggest(a.name, HINTS)
+            problems.add(
+                at(m["mcp_annotations"], a.name, loc), f"unknown MCP annotation {a.name!r}{hint}"
+            )
     spec = MatchSpec(
         hosts=tuple(hosts),
         path=path,
@@ -224,6 +233,8 @@ def _parse_match(
         headers=tuple(_fields(m, "headers", loc, problems, lower=True)),
         body=tuple(_body(m, loc, problems)),
         graphql=frozenset(graphql) if m.get("graphql") is not None else None,
+        mcp_tools=tuple(tools) if m.get("mcp_tool") is not None else None,
+        mcp_annotations=tuple(annotations),
     )
     return spec, frozenset(methods) if "method" in m and m["method"] is not None else None
 
@@ -250,7 +261,13 @@ def _one_or_list(
 
 
 def _fields(
-    m: dict[str, Any], key: str, loc: Location, problems: Problems, *, lower: bool
+    m: dict[str, Any],
+    key: str,
+    loc: Location,
+    problems: Problems,
+    *,
+    lower: bool,
+    text: bool = True,
 ) -> list[FieldCondition]:
     table = m.get(key)
     if table is None:
@@ -267,7 +284,7 @@ def _fields(
             problems.add(where, f"{key} names {name!r} twice (header names ignore case)")
             continue
         seen.add(field_name)
-        condition = _condition(spec, where, problems, text=True)
+        condition = _condition(spec, where, problems, text=text)
         if condition is not None:
             out.append(FieldCondition(field_name, condition))
     return out

@@ -120,6 +120,7 @@ class RequestView:
         "body_problem",
         "headers",
         "host",
+        "mcp_annotations",
         "method",
         "path",
         "port",
@@ -153,6 +154,9 @@ class RequestView:
         # Why the body as the upstream will read it is unknown (a content coding that could
         # not be decoded, a body too large to judge): see `ambiguous`.
         self.body_problem = body_problem
+        # The annotations the MCP server gave the tool this request calls, as its tools/list
+        # answer said in this session (proxy/mcp.py); None when unknown.
+        self.mcp_annotations: dict[str, Any] | None = None
         self._query: list[tuple[str, str]] | None = None
         self._json: Any = _UNPARSED
         self._duplicates: tuple[str, ...] = ()

@@ -99,6 +99,7 @@ def variables(setup: Setup) -> list[tuple[str, str]]:
         ("GIT_HTTP_PROXY_AUTHMETHOD", "basic"),
         ("AWS_CA_BUNDLE", bundle),  # boto3, aws cli
         ("PIP_CERT", bundle),  # pip
+        ("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", bundle),  # grpcio (and gRPC C-core bindings)
         ("WGETRC", str(setup.state_dir / cabundle.WGETRC_NAME)),  # wget (GnuTLS)
         # PHP's curl and streams: an extra ini (the leading ":" keeps the distribution's).
         ("PHP_INI_SCAN_DIR", ":" + str(setup.state_dir / cabundle.PHP_INI_DIR)),

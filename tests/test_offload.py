@@ -1,0 +1,64 @@
+"""Work on large bodies beside the event loop keeps their order, surfaces its errors, and never
+lets more than a bounded amount wait."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import pytest
+
+from undoproxy.offload import BATCH, MAX_PENDING, OFFLOAD_OVER, InOrder, StreamDigest
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [10, 20, 30],  # small pieces: inline, in order
+        [10, OFFLOAD_OVER, 5, BATCH, 7, 3 * BATCH + 1, 1],  # small, then large: still in order
+        [64 * 1024] * 200,  # a download's reads
+    ],
+)
+def test_the_digest_is_the_digest_of_the_pieces_in_order(sizes: list[int]) -> None:
+    pieces = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    digest = StreamDigest()
+    for piece in pieces:
+        digest.update(piece)
+    assert digest.hexdigest() == hashlib.sha256(b"".join(pieces)).hexdigest()
+    digest.update(b"more")  # it goes on after a look
+    assert digest.hexdigest() == hashlib.sha256(b"".join([*pieces, b"more"])).hexdigest()
+
+
+def test_an_error_of_the_work_reaches_the_caller() -> None:
+    def refuse(piece: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    queue = InOrder(refuse)
+    with pytest.raises(OSError, match="No space left"):
+        for _ in range(MAX_PENDING + 2):
+            queue.add(b"x" * BATCH)
+        queue.done()
+
+
+def test_no_more_than_max_pending_batches_wait() -> None:
+    gate = threading.Event()
+    started = threading.Semaphore(0)
+    seen: list[int] = []
+
+    def slow(piece: bytes) -> None:
+        started.release()
+        gate.wait(10)
+        seen.append(len(piece))
+
+    queue = InOrder(slow)
+    adder = threading.Thread(
+        target=lambda: [queue.add(b"x" * BATCH) for _ in range(MAX_PENDING + 5)]
+    )
+    adder.start()
+    assert started.acquire(timeout=10)
+    adder.join(0.3)
+    assert adder.is_alive()  # it waits for the worker: memory stays bounded
+    gate.set()
+    adder.join(10)
+    queue.done()
+    assert seen == [BATCH] * (MAX_PENDING + 5)
