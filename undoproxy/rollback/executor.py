@@ -1,10 +1,10 @@
 """The LIFO executor: undo a session's mutations newest first, and prove each undo by reading.
 
 Each step goes through four phases, one module each:
-1. plan (`decide.py`): what needs no network (never forwarded, irreversible, nothing to undo
-   with its evidence); a step whose request did not succeed, or whose compensation went out
-   before, is decided by reading its target; otherwise the drift check. It answers a Verdict
-   (nothing to send) or a Go;
+1. plan (`decide.py`, `recheck.py`): what needs no network (never forwarded, irreversible,
+   nothing to undo with its evidence); a step whose request did not succeed, or whose
+   compensation went out before, is decided by reading its target; otherwise the drift
+   check. It answers a Verdict (nothing to send) or a Go;
 2. mark (here and `marking.py`): `compensating` is written durably before anything is sent,
    a window of steps at a time where a read can decide a step marked but never sent;
 3. send (`send.py`): the compensation goes out, fenced by the rollback's lease;
@@ -39,6 +39,7 @@ from undoproxy.rollback.marking import AheadMarks
 from undoproxy.rollback.outgoing import NotSendable
 from undoproxy.rollback.overlap import Lane, Turn, Undo, targets
 from undoproxy.rollback.reader import Reader
+from undoproxy.rollback.recheck import Recheck
 from undoproxy.rollback.report import Attempts, Report, StepResult, fully_rolled_back
 from undoproxy.rollback.send import Sender
 from undoproxy.rollback.state import RESOLVE, Go, RunState, agent_outcome, target_key
@@ -79,6 +80,7 @@ class Rollback:
         self.reader = Reader(client, box, self.policy)
         self.verifier = Verifier(self.reader, self._agent_docs)
         self.decider = Decider(self.reader, self.verifier)
+        self.recheck = Recheck(self.reader, self.verifier)
         self.sender = Sender(journal, client, box, self.policy, self.reader, self.verifier)
         self.corrector = Corrector(journal, client, box)
         self._running: set[str] = set()
@@ -344,7 +346,7 @@ class Rollback:
         attempts = Attempts.of(comp.raw)
         go: Verdict | Go
         if step.status in ("compensating", "unverified") or attempts.may_have_applied:
-            go = await self.decider.recheck(step, comp, attempts, run)
+            go = await self.recheck.recheck(step, comp, attempts, run)
         elif agent_outcome(step) != "succeeded":
             go = await self.decider.undecided(step, comp)
         else:

@@ -86,7 +86,12 @@ class Reader:
         if method == "GET" and not spec.get("absent_when"):
             return await self.pages(step, url, spec.get("pages"))
         read = await self.read(
-            step, url, None, method=method, extra=headers, body=body,
+            step,
+            url,
+            None,
+            method=method,
+            extra=headers,
+            body=body,
             absent_when=spec.get("absent_when"),
         )
         docs = [parse_json(read.response.body)] if read.response is not None else []
@@ -140,5 +145,3 @@ def _next_page(url: str, read: Read, doc: Any, paging: dict[str, Any]) -> str | 
     ]
     query.append((str(paging.get("param", "cursor")), value))
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), ""))
-
-
