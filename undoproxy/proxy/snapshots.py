@@ -23,7 +23,6 @@ or rolled back (nothing will replay them), and at start for sessions that were m
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from typing import Any
 
@@ -33,55 +32,39 @@ from undoproxy import redact
 from undoproxy.bodyfiles import BodyFiles
 from undoproxy.compensators.build import complete, prepare
 from undoproxy.compensators.model import (
-    AFTER_BODY_LIMIT,
     MAX_READ_ROUNDS,
     Facts,
     Irreversible,
     Plan,
     PreRead,
     Snapshot,
-    is_tombstone,
     parse_json,
     representation_headers,
 )
 from undoproxy.compensators.packs import reads_for
-from undoproxy.compensators.readback import absent_answer, request_of
+from undoproxy.compensators.readback import absent_answer
 from undoproxy.compensators.record import nothing
-from undoproxy.compensators.rpc import left_after
 from undoproxy.credentials import CredentialBox, credentials_for, signature_scheme, urls_in
-from undoproxy.inflight import InFlight
-from undoproxy.limits import MAX_REQUEST_BODY, SNAPSHOT_IN_JOURNAL
+from undoproxy.limits import MAX_REQUEST_BODY
 from undoproxy.proxy import answers
+from undoproxy.proxy.after_reads import AfterReads
 from undoproxy.proxy.bodies import readable, request_body, response_body
 from undoproxy.proxy.planning import plan_of
 from undoproxy.proxy.state import FlowState, state_of
 from undoproxy.proxy.steps import new_step
-from undoproxy.retry import RetryPolicy
+from undoproxy.proxy.target_reads import SNAPSHOT_LIMIT, SnapshotFailed, read_target
 from undoproxy.store.journal import Journal
 from undoproxy.upstream import (
-    BodyTooLarge,
     Spill,
     UpstreamClient,
-    UpstreamError,
     UpstreamResponse,
     snapshot_headers,
 )
 
 log = logging.getLogger(__name__)
-SNAPSHOT_RETRY = RetryPolicy(attempts=3, base=0.1, cap=1.0, max_retry_after=5.0)
-SNAPSHOT_LIMIT = SNAPSHOT_IN_JOURNAL  # a larger target is kept in a body file, or refused
 SNAPSHOTS_TOTAL = 64 * 1024 * 1024  # all the snapshots of one step together, in the journal
 CLOSED_STATES = frozenset({"committed", "rolled_back"})  # nothing replays their body files
 SNAPSHOT_PARALLEL = 8
-
-
-class SnapshotFailed(Exception):
-    """The target could not be read before the mutation; `challenge` is the upstream's
-    `WWW-Authenticate` when it asked for credentials the agent did not send."""
-
-    def __init__(self, message: str, challenge: str | None = None) -> None:
-        super().__init__(message)
-        self.challenge = challenge
 
 
 class Snapshots:
@@ -106,11 +89,8 @@ class Snapshots:
         self.files = files  # where targets too large for the journal are kept
         self.max_body = max_body
         self._stop_listening: list[Any] = []
-        self._background: set[asyncio.Task[None]] = set()
-        # Reads right after a write, per session, until their after-image is recorded: a
-        # rollback waits for them (its drift check and its "was the write at this URL"
-        # depend on them).
-        self.after_reads = InFlight()
+        self.after = AfterReads(journal, self._read)
+        self.after_reads = self.after.inflight  # a rollback waits for them
 
     async def take(
         self,
@@ -185,30 +165,18 @@ class Snapshots:
         need_all: bool = True,
         spill: Spill | None = None,
     ) -> UpstreamResponse:
-        """One read of undoproxy's own, retried where safe; SnapshotFailed when it fails."""
-        state = state_of(flow)
-        try:
-            return await self.client.send_with_retries(
-                method,
-                url,
-                SNAPSHOT_RETRY,
-                headers,
-                body or None,
-                keep=keep,
-                need_all=need_all,
-                session=state.session_id if state is not None else None,
-                spill=spill,
-            )
-        except UpstreamError as exc:
-            raise SnapshotFailed(str(exc)) from None
-        except BodyTooLarge:
-            limit = spill.limit if spill is not None else keep
-            raise SnapshotFailed(
-                f"the target is larger than {limit} bytes"
-                + (" (proxy.max_body)" if spill is not None else "")
-            ) from None
-        except OSError as exc:  # the body file could not be written
-            raise SnapshotFailed(f"the target could not be kept on disk: {exc}") from None
+        """One read of undoproxy's own (target_reads.read_target)."""
+        return await read_target(
+            self.client,
+            flow,
+            url,
+            method,
+            headers,
+            body,
+            keep=keep,
+            need_all=need_all,
+            spill=spill,
+        )
 
     def _plan(self, flow: http.HTTPFlow, state: FlowState) -> Plan:
         return plan_of(flow, state, auto=self.auto, signers=self.client.signers)
@@ -453,98 +421,7 @@ class Snapshots:
             # signed query, say): seal again, since the journal keeps them redacted.
             snapshot_json = state.pending_fields.get("snapshot")
             state.outcome_fields["credentials"] = self._seal(flow, state, comp, snapshot_json)
-        spec = comp.get("readback")
-        if comp.get("needs_after_read") and isinstance(spec, dict) and "left_paths" in spec:
-            # What an RPC step left, read before the agent has its answer: nothing the agent
-            # does next (or anyone it tells) can come first and be taken for the step's.
-            after = await self._read_after_rpc(flow, state, spec)
-            if after is not None:
-                comp["after"], comp["needs_after_read"] = after, False
-            return
-        if comp.get("needs_after_read") and comp.get("snapshot_url") and state.step:
-            self.after_reads.started(state.session_id)
-            task = asyncio.get_running_loop().create_task(
-                self._after_read(flow, state, comp), name="after-read"
-            )
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _after_read(
-        self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
-    ) -> None:
-        # The response did not show the result of the write: read it, so that rollback can
-        # tell later whether someone else changed the target since (and, for a target that
-        # read as absent before, whether the write is where undoproxy reads at all). Large
-        # targets are hashed as they stream, never kept.
-        try:
-            await self._read_after(flow, state, comp)
-        finally:
-            self.after_reads.ended(state.session_id)
-
-    async def _read_after_rpc(
-        self, flow: http.HTTPFlow, state: FlowState, spec: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        """An RPC pack's read right after the step (its read-back's own request): what the
-        step left, as digests of the fields its drift check compares (compensators/rpc.py);
-        None when it cannot be read (no drift check then, never a guess)."""
-        method, extra, body = request_of(spec)
-        url = str(spec.get("url") or "")
-        items = list(flow.request.headers.items(multi=True))
-        headers = {
-            **snapshot_headers(items),
-            **credentials_for(url, flow.request.url, redact.credential_headers(items)),
-            **extra,
-        }
-        try:
-            resp = await self._read(
-                flow, url, method, headers, body, keep=SNAPSHOT_LIMIT, need_all=True
-            )
-        except SnapshotFailed as exc:
-            log.info("could not read the result of step %s: %s", state.step and state.step.id, exc)
-            return None
-        gone = resp.status in (404, 410) or bool(
-            absent_answer(spec.get("absent_when"), resp.status, resp.body)
-        )
-        if not (200 <= resp.status < 300 or gone):
-            step = state.step.id if state.step else None
-            log.info("could not read the result of step %s: HTTP %s", step, resp.status)
-            return None
-        return left_after(spec, gone, resp.body)
-
-    async def _read_after(
-        self, flow: http.HTTPFlow, state: FlowState, comp: dict[str, Any]
-    ) -> None:
-        url = comp["snapshot_url"]
-        items = list(flow.request.headers.items(multi=True))
-        headers = {
-            **snapshot_headers(items),
-            **credentials_for(url, flow.request.url, redact.credential_headers(items)),
-        }
-        try:
-            resp = await self._read(
-                flow, url, "GET", headers, None, keep=AFTER_BODY_LIMIT, need_all=False
-            )
-        except SnapshotFailed as exc:
-            log.info("could not read the result of step %s: %s", state.step and state.step.id, exc)
-            return
-        if not (200 <= resp.status < 300 or resp.status in (404, 410)):
-            log.info(
-                "could not read the result of step %s: HTTP %s",
-                state.step and state.step.id,
-                resp.status,
-            )
-            return
-        exists = not (resp.status in (404, 410) or is_tombstone(resp.body))
-        after: dict[str, Any] = {"exists": exists}
-        if resp.header("ETag") and exists:
-            after["etag"] = resp.header("ETag")
-        elif exists:
-            after["sha256"] = resp.sha256
-            if resp.complete and parse_json(resp.body) is not None:
-                after["body_b64"] = base64.b64encode(resp.body).decode()  # sealed at rest
-        if state.step is not None:
-            # Only `after` changes: the outcome written before it keeps the rest of the record.
-            self.journal.set_after(state.step, after)
+        await self.after.follow(flow, state, comp)
 
     # --- body files ---------------------------------------------------------------------------
 
@@ -571,6 +448,5 @@ class Snapshots:
         for stop in self._stop_listening:
             stop()
         self._stop_listening = []
-        if self._background:
-            await asyncio.wait(self._background, timeout=5)
+        await self.after.done()
         await self.client.close()
