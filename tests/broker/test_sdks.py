@@ -41,7 +41,6 @@ ADDRESS = "127.0.0.2"
 TAG = uuid.uuid4().hex[:8]
 OPENAI_REAL = f"sk-proj-REAL{TAG}openai"
 GITHUB_REAL = f"ghp_REAL{TAG}github"
-DDB_TARGET = "DynamoDB_20120810"
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +78,6 @@ def github(github_state: GitHubState, upstream_cert: tuple[Path, Path]) -> Itera
     ).start()
     yield server
     server.stop()
-
-
-def _ddb_rule(target: str, moto: MotoS3) -> dict[str, Any]:
-    return {"host": moto.host, "method": "POST", "path": "/",
-            "headers": {"X-Amz-Target": {"eq": f"{DDB_TARGET}.{target}"}}}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
