@@ -78,6 +78,13 @@ class FailClosed:
         if unknown:  # a hook FailClosed does not forward would silently never run
             raise TypeError(f"hooks not handled by FailClosed: {', '.join(sorted(unknown))}")
         self.chain = list(chain)
+        # Per hook, the addons that implement it: a hook runs for every flow, so the chain is
+        # not searched each time. The method itself is looked up when it runs (it may be
+        # replaced on the instance, as the fault-injection tests do).
+        self._implementing = {
+            hook: tuple(a for a in self.chain if getattr(a, hook, None) is not None)
+            for hook in HOOKS
+        }
         self.journal = journal
         self.inflight = inflight
         self.close_socket = close_socket  # closes a WebSocket's connections (websockets.py)
@@ -155,26 +162,20 @@ class FailClosed:
             if hook == "response":
                 flow.response = failed
             return
-        for addon in self.chain:
-            func = getattr(addon, hook, None)
-            if func is None:
-                continue
+        for addon in self._implementing[hook]:
             try:
-                result = func(flow)
-                if inspect.isawaitable(result):
+                result = getattr(addon, hook)(flow)
+                if result is not None and inspect.isawaitable(result):
                     await result
             except Exception as exc:
                 self._failed(hook, addon, flow, exc)
                 return
 
     async def _socket_hook(self, hook: str, flow: http.HTTPFlow) -> None:
-        for addon in self.chain:
-            func = getattr(addon, hook, None)
-            if func is None:
-                continue
+        for addon in self._implementing[hook]:
             try:
-                result = func(flow)
-                if inspect.isawaitable(result):
+                result = getattr(addon, hook)(flow)
+                if result is not None and inspect.isawaitable(result):
                     await result
             except Exception as exc:
                 self._socket_failed(hook, addon, flow, exc)
@@ -203,13 +204,10 @@ class FailClosed:
                 log.exception("could not close the WebSocket after an internal error")
 
     async def _each(self, hook: str, *args: Any) -> None:
-        for addon in self.chain:
-            func = getattr(addon, hook, None)
-            if func is None:
-                continue
+        for addon in self._implementing[hook]:
             try:
-                result = func(*args)
-                if inspect.isawaitable(result):
+                result = getattr(addon, hook)(*args)
+                if result is not None and inspect.isawaitable(result):
                     await result
             except Exception:
                 log.exception("undoproxy addon %s failed in %s", type(addon).__name__, hook)
