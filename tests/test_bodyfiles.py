@@ -35,11 +35,15 @@ def _write(data: bytes, key: bytes, keep: int = 0, piece: int = 65536) -> io.Byt
 
 
 @pytest.mark.parametrize("size", [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * RECORD + 5])
-def test_a_body_comes_back_as_written_in_records_of_at_most_one_mebibyte(size: int) -> None:
+# small reads, a socket's reads, a spool's start (what had arrived before it was a spool)
+@pytest.mark.parametrize("piece", [1000, 65536, 5 * RECORD + 3])
+def test_a_body_comes_back_as_written_in_records_of_at_most_one_mebibyte(
+    size: int, piece: int
+) -> None:
     key = new_key()
     data = bytes(range(256)) * (size // 256 + 1)
     data = data[:size]
-    pieces = list(chunks(_write(data, key, keep=100), key))
+    pieces = list(chunks(_write(data, key, keep=100, piece=piece), key))
     assert b"".join(pieces) == data
     assert all(0 < len(p) <= RECORD for p in pieces)
 

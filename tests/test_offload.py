@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from undoproxy.offload import BATCH, MAX_PENDING, OFFLOAD_OVER, InOrder, StreamDigest
+from undoproxy.offload import BATCH, MAX_PENDING, OFFLOAD_OVER, STORING, InOrder, StreamDigest
 
 
 @pytest.mark.parametrize(
@@ -27,6 +27,18 @@ def test_the_digest_is_the_digest_of_the_pieces_in_order(sizes: list[int]) -> No
     assert digest.hexdigest() == hashlib.sha256(b"".join(pieces)).hexdigest()
     digest.update(b"more")  # it goes on after a look
     assert digest.hexdigest() == hashlib.sha256(b"".join([*pieces, b"more"])).hexdigest()
+
+
+def test_two_works_on_two_workers_each_see_every_piece_in_order() -> None:
+    hashed = hashlib.sha256()
+    stored = bytearray()
+    queue = InOrder(hashed.update, (stored.extend, STORING), batch=3 * BATCH)
+    pieces = [bytes([i % 251]) * size for i, size in enumerate([10, BATCH, 7, 5 * BATCH, 1] * 20)]
+    for piece in pieces:
+        queue.add(piece)
+    queue.done()
+    assert hashed.hexdigest() == hashlib.sha256(b"".join(pieces)).hexdigest()
+    assert bytes(stored) == b"".join(pieces)
 
 
 def test_an_error_of_the_work_reaches_the_caller() -> None:

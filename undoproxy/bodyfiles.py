@@ -6,7 +6,7 @@ arrives, in records of at most `RECORD` bytes, and read back the same way. What 
 keeps of it is a `BodyCopy`: its first bytes, its length and its SHA-256.
 
 Every record is sealed with AES-GCM (nonce: the file's random 8-byte prefix and the record's
-number; the last record is marked in its associated data), so a file that was edited, cut
+number; the last record, empty, is marked in its associated data), so a file that was edited, cut
 short or reordered is refused when it is read, never replayed in part:
 
     MAGIC | nonce prefix (8) | { length (4, big-endian) | ciphertext + tag } ...
@@ -35,10 +35,11 @@ from typing import BinaryIO
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from undoproxy.offload import InOrder
+from undoproxy.offload import STORING, InOrder
 
 MAGIC = b"UPXBODY1"
-RECORD = 1024 * 1024  # plaintext bytes per sealed record: what is in memory at once
+RECORD = 1024 * 1024  # plaintext bytes per sealed record, at most: what is in memory at once
+_READ = 64 * 1024  # what one read brings, about: a batch of RECORD - _READ or more fills a record
 _PREFIX = 8
 _LENGTH = struct.Struct(">I")
 _LAST, _MORE = b"last", b"more"
@@ -81,7 +82,6 @@ class BodyWriter:
     keep: int = 0
     length: int = 0
     head: bytearray = field(default_factory=bytearray)
-    _pending: bytearray = field(default_factory=bytearray)
     _digest: hashlib._Hash = field(default_factory=hashlib.sha256)
     _prefix: bytes = field(default_factory=lambda: secrets.token_bytes(_PREFIX))
     _records: int = 0
@@ -90,8 +90,9 @@ class BodyWriter:
     def __post_init__(self) -> None:
         self._aead = AESGCM(self.key)
         self.file.write(MAGIC + self._prefix)
-        # Hashing, sealing and writing happen beside the event loop, in order (offload.py).
-        self._queue = InOrder(self._absorb)
+        # Hashing, and sealing with writing, happen beside the event loop, in order, each on
+        # a thread of its own (offload.py); a batch of about a record is sealed as it came.
+        self._queue = InOrder(self._digest.update, (self._store, STORING), batch=RECORD - _READ)
 
     def write(self, data: bytes) -> None:
         """Add `data` to the body (raises OSError when the disk refused earlier data)."""
@@ -104,29 +105,25 @@ class BodyWriter:
             self.head += data[: self.keep - len(self.head)]
         self._queue.add(data)
 
-    def _absorb(self, data: bytes | bytearray) -> None:
-        self._digest.update(data)
+    def _store(self, data: bytes | bytearray) -> None:
+        """Seal `data` as records of at most RECORD bytes (a record may be shorter: what
+        arrived is not copied again to fill one)."""
         view = memoryview(data)
         while view:
-            room = RECORD - len(self._pending)
-            self._pending += view[:room]
-            view = view[room:]
-            if len(self._pending) == RECORD:
-                self._seal(self._pending, last=False)
-                self._pending = bytearray()
+            self._seal(view[:RECORD], last=False)
+            view = view[RECORD:]
 
     def finish(self) -> BodyCopy:
         """Seal what is left as the last record; the copy of the whole body (raises OSError
         when the disk refused any of it)."""
         if self._copy is None:
             self._queue.done()
-            self._seal(bytes(self._pending), last=True)
-            self._pending.clear()
+            self._seal(b"", last=True)
             self.file.flush()
             self._copy = BodyCopy(bytes(self.head), self.length, self._digest.hexdigest())
         return self._copy
 
-    def _seal(self, plain: bytes | bytearray, *, last: bool) -> None:
+    def _seal(self, plain: bytes | memoryview, *, last: bool) -> None:
         nonce = self._prefix + self._records.to_bytes(4, "big")
         # Any bytes-like object is accepted (a bytearray spares a copy); the stubs say bytes.
         sealed = self._aead.encrypt(nonce, plain, _LAST if last else _MORE)  # type: ignore[arg-type]
