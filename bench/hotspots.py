@@ -30,7 +30,12 @@ from load import LoadSpec
 
 RATE = 250  # samples per second
 OURS = re.compile(r"^(\S+) \((undoproxy/[^:]+)")
-SKIP = ("undoproxy/__main__.py", "undoproxy/cli/", "undoproxy/server.py", "undoproxy/eventloop.py")  # the loop
+SKIP = (
+    "undoproxy/__main__.py",
+    "undoproxy/cli/",
+    "undoproxy/server.py",
+    "undoproxy/eventloop.py",
+)  # the loop
 DISPATCH = ("AddonManager.trigger_event", "AddonManager.invoke_addon", "handle_lifecycle")
 
 

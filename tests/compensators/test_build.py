@@ -825,8 +825,6 @@ def test_only_restore_records_an_after_image(p: Plan, method: str) -> None:
     assert "needs_after_read" not in comp
 
 
-
-
 @pytest.mark.parametrize(
     ("headers", "body", "url", "located"),
     [

@@ -187,7 +187,7 @@ async def test_a_journal_from_before_keys_is_keyed_and_stays_checkable(
     prev = chain.GENESIS
     for table, row_id in (("sessions", "s1"), ("steps", "st1"), ("steps", "st2")):
         [values] = await store.rows(f"SELECT * FROM {table} WHERE id='{row_id}'")
-        names = [n for n, in await _column_names(store, table)]
+        names = [n for (n,) in await _column_names(store, table)]
         digest = chain.entry_hash(prev, chain.canonical(table, zip(names, values, strict=True)))
         await store.sql(
             f"UPDATE chain SET prev_hash='{prev}', hash='{digest}' WHERE seq={rows[row_id][0]}"

@@ -78,9 +78,7 @@ def test_a_killed_writer_process_is_replaced_and_no_write_is_lost(
         assert len(writer_pids(up.proc.pid)) == 1
     finally:
         assert up.stop() == 0
-    assert "the journal's writer process ended (exit code -9) between commits" in "".join(
-        up.output
-    )
+    assert "the journal's writer process ended (exit code -9) between commits" in "".join(up.output)
     assert [r.path for r in received(tls_upstream) if r.path.startswith("/items/")][-2:] == [
         "/items/a",
         "/items/b",

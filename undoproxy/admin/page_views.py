@@ -207,9 +207,9 @@ async def queue_main(
         await journal.find_session(known)
     pending = [approval_json(a, journal) for a in page.items]
     decided_page = await listing.approvals(journal, state=None, limit=DECIDED_SHOWN + len(pending))
-    decided = [
-        approval_json(a, journal) for a in decided_page.items if a.state != "pending"
-    ][:DECIDED_SHOWN]
+    decided = [approval_json(a, journal) for a in decided_page.items if a.state != "pending"][
+        :DECIDED_SHOWN
+    ]
     main = render(
         "queue.html",
         count=page.total,

@@ -1,12 +1,12 @@
 """The credential broker in the admin API: what `env` and `doctor` need, never a value.
 
-    GET  /api/secrets                      each entry: name, kind, hosts, header, sessions,
-                                           where its values come from, its placeholders, uses
-    GET  /api/secrets/placeholders?session=ID   the variables `undoproxy env` prints for ID
-    POST /api/secrets/reload               read every value again (also on SIGHUP)
-    POST /api/secrets/check {salt, digests}    which of an agent's variables hold a real
-                                           value: `doctor` sends HMAC-SHA256(salt, value) of
-                                           each, never the value itself
+GET  /api/secrets                      each entry: name, kind, hosts, header, sessions,
+                                       where its values come from, its placeholders, uses
+GET  /api/secrets/placeholders?session=ID   the variables `undoproxy env` prints for ID
+POST /api/secrets/reload               read every value again (also on SIGHUP)
+POST /api/secrets/check {salt, digests}    which of an agent's variables hold a real
+                                       value: `doctor` sends HMAC-SHA256(salt, value) of
+                                       each, never the value itself
 """
 
 from __future__ import annotations

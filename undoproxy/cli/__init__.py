@@ -138,9 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--to", metavar="PATH", help="a new archive file, or a directory for one")
-    where.add_argument(
-        "--delete", action="store_true", help="remove them without an archive file"
-    )
+    where.add_argument("--delete", action="store_true", help="remove them without an archive file")
     p.add_argument("--dry-run", action="store_true", help="say what would go; change nothing")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = command("verify", server.cmd_verify, config=True)

@@ -335,8 +335,12 @@ def _request_spec(
     for key in ("url", "body", "headers", "form"):
         if key in value:
             _check_template(
-                value[key], at(value, key, where), f"compensate.{what}.{key}", captures,
-                sources, problems,
+                value[key],
+                at(value, key, where),
+                f"compensate.{what}.{key}",
+                captures,
+                sources,
+                problems,
             )
 
 
@@ -353,7 +357,12 @@ def _compensate_rpc(
     read = value.get("read")
     # Sent before the step: only the request is known then.
     _request_spec(
-        read, at(value, "read", where), "read", rpc.READ_KEYS, captures, ("request.body",),
+        read,
+        at(value, "read", where),
+        "read",
+        rpc.READ_KEYS,
+        captures,
+        ("request.body",),
         problems,
     )
     if isinstance(read, dict):
@@ -386,7 +395,12 @@ def _compensate_rpc(
     for name in ("undo", "undo_absent"):
         if name in value:
             _request_spec(
-                value[name], at(value, name, where), name, rpc.UNDO_KEYS, captures, None,
+                value[name],
+                at(value, name, where),
+                name,
+                rpc.UNDO_KEYS,
+                captures,
+                None,
                 problems,
             )
     if len(problems.errors) > before:

@@ -102,9 +102,7 @@ class Rule:
             return self.compensate in NEEDS_SNAPSHOT
         if isinstance(self.compensate, dict):
             # A read-then-undo makes its own read (compensate.read), never a GET snapshot.
-            return "read" not in self.compensate and template_references_snapshot(
-                self.compensate
-            )
+            return "read" not in self.compensate and template_references_snapshot(self.compensate)
         return False
 
     @property
