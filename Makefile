@@ -12,7 +12,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 # Two workers on this project's 2-core machines; each test file stays on one worker
 # (--dist loadfile; tests/conftest.py keeps the Docker files together), so a file's shared
 # `undoproxy run` starts once.
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 
 .PHONY: run test lint bench clean
 

@@ -73,7 +73,9 @@ class Undoproxy:
             self.output.append(line)
             text = "".join(self.output)
             found = dict((m[0], int(m[2])) for m in _ADDR.findall(text))
-            if "proxy" in found and "admin" in found and not ready.is_set():
+            # Ready once the whole banner is in: its last line (tests read the agent's line).
+            whole = "Stop: Ctrl-C" in line
+            if whole and "proxy" in found and "admin" in found and not ready.is_set():
                 self.proxy_port, self.admin_port = found["proxy"], found["admin"]
                 ready.set()
 
