@@ -52,7 +52,7 @@ def test_make_test_adds_the_test_extra_and_runs_in_parallel(tmp_path: Path) -> N
     plan = _dry_run("test", tmp_path, "run")
     assert "install --progress-bar on -e ." not in plan.replace("'.[test]'", "")
     assert "-e '.[test]'" in plan
-    assert "pytest -q -n 2 --dist loadfile" in plan
+    assert "pytest -q -n 3 --dist loadfile" in plan
 
 
 @pytest.mark.parametrize(("target", "made"), [("run", ("run",)), ("test", ("run", "test"))])
