@@ -1,7 +1,7 @@
 """Fixtures: real upstreams on 127.0.0.1 (TLS with a self-signed cert, and plain HTTP) and a
 real `undoproxy run` process in front of them.
 
-Parallel runs (`make test`: pytest-xdist, `-n 2 --dist loadfile`): every test file runs on
+Parallel runs (`make test`: pytest-xdist, `-n 3 --dist loadfile`): every test file runs on
 one worker, so a module's shared `undoproxy run` starts once; the files that drive Docker
 (DOCKER_FILES) are one unit together, so that two image builds and two Compose projects never
 compete for the 2 cores. Session-scoped fixtures (`proxy`, `pg_cluster`, the
