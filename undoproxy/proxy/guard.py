@@ -162,26 +162,28 @@ class FailClosed:
             if hook == "response":
                 flow.response = failed
             return
-        for addon in self._implementing[hook]:
-            try:
-                result = getattr(addon, hook)(flow)
-                if result is not None and inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                self._failed(hook, addon, flow, exc)
-                return
+        failure = await self._until_failure(hook, flow)
+        if failure is not None:
+            self._failed(hook, *failure, flow)
 
     async def _socket_hook(self, hook: str, flow: http.HTTPFlow) -> None:
+        failure = await self._until_failure(hook, flow)
+        if failure is not None:
+            self._socket_failed(hook, *failure, flow)
+
+    async def _until_failure(self, hook: str, flow: http.HTTPFlow) -> tuple[Any, Exception] | None:
+        """Run `hook` of each addon that has it, in order, until one raises: that addon and
+        its exception (the addons after it do not run), or None."""
         for addon in self._implementing[hook]:
             try:
                 result = getattr(addon, hook)(flow)
                 if result is not None and inspect.isawaitable(result):
                     await result
             except Exception as exc:
-                self._socket_failed(hook, addon, flow, exc)
-                return
+                return addon, exc
+        return None
 
-    def _socket_failed(self, hook: str, addon: Any, flow: http.HTTPFlow, exc: Exception) -> None:
+    def _socket_failed(self, hook: str, addon: Any, exc: Exception, flow: http.HTTPFlow) -> None:
         """Fail closed on a socket: drop the message at hand and close the socket."""
         self.failures += 1
         where = f"{type(addon).__name__}.{hook}"
@@ -212,7 +214,7 @@ class FailClosed:
             except Exception:
                 log.exception("undoproxy addon %s failed in %s", type(addon).__name__, hook)
 
-    def _failed(self, hook: str, addon: Any, flow: http.HTTPFlow, exc: Exception) -> None:
+    def _failed(self, hook: str, addon: Any, exc: Exception, flow: http.HTTPFlow) -> None:
         self.failures += 1
         where = f"{type(addon).__name__}.{hook}"
         # The traceback goes to the log as text, redacted: an exception's message may carry
