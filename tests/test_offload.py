@@ -29,6 +29,20 @@ def test_the_digest_is_the_digest_of_the_pieces_in_order(sizes: list[int]) -> No
     assert digest.hexdigest() == hashlib.sha256(b"".join([*pieces, b"more"])).hexdigest()
 
 
+def test_the_digest_keeps_what_a_reused_buffer_held_when_it_was_given() -> None:
+    """A piece handed over in a buffer its owner fills again at once (a bytearray) is hashed
+    as it was when given, not as it is when the worker gets to it."""
+    buffer = bytearray(64 * 1024)
+    given = []
+    digest = StreamDigest()
+    for i in range(40):
+        buffer[:] = bytes([i]) * len(buffer)
+        given.append(bytes(buffer))
+        digest.update(buffer)  # type: ignore[arg-type]
+    buffer[:] = b"\xff" * len(buffer)
+    assert digest.hexdigest() == hashlib.sha256(b"".join(given)).hexdigest()
+
+
 def test_two_works_on_two_workers_each_see_every_piece_in_order() -> None:
     hashed = hashlib.sha256()
     stored = bytearray()

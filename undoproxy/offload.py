@@ -28,6 +28,8 @@ from typing import Final
 OFFLOAD_OVER: Final = 16 * 1024  # bytes: smaller pieces are handled inline (until a larger one)
 BATCH: Final = 256 * 1024  # bytes handed to the worker at once
 MAX_PENDING: Final = 16  # batches of one body waiting for the worker (at most 4 MiB)
+DIGEST_BATCH: Final = 1024 * 1024  # bytes of pieces a StreamDigest hands over at once
+DIGEST_PENDING: Final = 8  # its batches waiting for the worker (at most 8 MiB)
 
 # One thread per kind of work: each runs its works in the order they were submitted.
 HASHING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="undoproxy-hashing")
@@ -83,18 +85,49 @@ class InOrder:
 
 
 class StreamDigest:
-    """The SHA-256 of a body as it passes, computed beside the event loop for large ones."""
+    """The SHA-256 of a body as it passes, computed beside the event loop for large ones.
+
+    Unlike `InOrder` it copies nothing on the event loop: the pieces (immutable bytes) are
+    handed to `HASHING` as they came, a list of `DIGEST_BATCH` bytes or more at a time, which
+    the thread joins (CPython lets go of the GIL while it joins a MiB or more of bytes) and
+    hashes at once. Measured on a 200 MB upload (2 cores): joining on the event loop cost it
+    about a tenth of its time; a hash call per 64 KiB piece, each taking the GIL back from
+    the event loop, cost it as much again.
+    """
 
     def __init__(self) -> None:
         self._hash = hashlib.sha256()
-        self._queue = InOrder(self._hash.update)
+        self._pieces: list[bytes] = []
+        self._size = 0
+        self._pending: deque[Future[None]] = deque()
+        self._offloaded = False
 
     def update(self, piece: bytes) -> None:
         """Add a piece of the body."""
-        if piece:
-            self._queue.add(piece)
+        if not piece:
+            return
+        if not self._offloaded and len(piece) < OFFLOAD_OVER:
+            self._hash.update(piece)
+            return
+        self._offloaded = True
+        self._pieces.append(piece if type(piece) is bytes else bytes(piece))
+        self._size += len(piece)
+        if self._size >= DIGEST_BATCH:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        pieces, self._pieces, self._size = self._pieces, [], 0
+        self._pending.append(HASHING.submit(self._update, pieces))
+        while len(self._pending) > DIGEST_PENDING:
+            self._pending.popleft().result()
+
+    def _update(self, pieces: list[bytes]) -> None:
+        self._hash.update(b"".join(pieces))
 
     def hexdigest(self) -> str:
         """The digest of every piece so far (waits for the worker to catch up)."""
-        self._queue.done()
+        if self._pieces:
+            self._hand_over()
+        while self._pending:
+            self._pending.popleft().result()
         return self._hash.hexdigest()

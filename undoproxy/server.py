@@ -60,6 +60,7 @@ from undoproxy.proxy.names import OneName
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
 from undoproxy.proxy.tls_failures import TlsFailures
+from undoproxy.proxy.upload_plan import UploadPlanner
 from undoproxy.proxy.uploads import SpoolPump
 from undoproxy.proxy.websockets import WebSockets
 from undoproxy.rollback import Rollback
@@ -184,7 +185,7 @@ async def start(config: Config) -> Running:
         sockets,
         Streaming(),
         Bodies(),
-        KeepSecretsFromAgent(broker),
+        secrets_check := KeepSecretsFromAgent(broker),
         McpTraffic(),  # before the gate: the rules see the called tool's hints
         GrpcCalls(),
         gate,
@@ -214,6 +215,9 @@ async def start(config: Config) -> Running:
             reshape=[as_jsonrpc_error, as_grpc_status],
         ),
         SpoolPump(proxy_server),  # sends spooled bodies once judged (proxy/uploads.py)
+        # Large uploads judged on their headers (proxy/upload_plan.py); after FailClosed: its
+        # request hook runs once ours have, and lets the agent's body be read again.
+        UploadPlanner(proxy_server, [secrets_check.foresee, gate.foresee]),
         tls_failures,  # observes failed handshakes only (doctor's evidence): outside the guard
     )
     # Lazy: no upstream connection until a request is really forwarded, so a denied or held

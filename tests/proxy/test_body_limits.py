@@ -1,9 +1,9 @@
 """Bodies are bounded: a request body past `proxy.max_body` (here 40 MiB) is refused with 413
 `undoproxy_body_too_large` at once, announced or as it arrives, and never forwarded; one at
-the limit goes through, spooled to disk while it is judged (it is over SPOOL_REQUEST_OVER).
-A spooled body is judged before a byte of it is forwarded: held, nothing reaches the upstream
-until it is approved; denied, nothing ever does. A response that turns out large streams
-through, and the journal keeps its first bytes, length and SHA-256.
+the limit goes through (it is over SPOOL_REQUEST_OVER: judged on its headers, then streamed).
+A body that must be held is spooled to disk and judged before a byte of it is forwarded: held,
+nothing reaches the upstream until it is approved; denied, nothing ever does. A response that
+turns out large streams through, and the journal keeps its first bytes, length and SHA-256.
 
 Against a real `undoproxy run`, with curl, requests and raw sockets, to an upstream that
 counts and hashes what it receives without keeping it.
@@ -112,10 +112,10 @@ def _body(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
 
-def test_a_body_at_the_limit_is_spooled_then_forwarded_whole(
+def test_a_body_at_the_limit_is_judged_then_forwarded_whole(
     proxy: Undoproxy, upstream: ThreadedServer, session_id: str
 ) -> None:
-    assert MAX_BODY > SPOOL_REQUEST_OVER  # so that this body is spooled, not held in memory
+    assert MAX_BODY > SPOOL_REQUEST_OVER  # so that this body is never held in memory
     path = f"/files/{uuid.uuid4().hex}"
     body = _body(MAX_BODY)
     with proxy.agent(session_id) as agent:
@@ -157,7 +157,7 @@ def test_a_spooled_body_is_held_before_a_byte_is_forwarded(
             assert _sent(upstream, path) is None
 
 
-def test_a_spooled_body_counts_as_unreadable_for_the_rules(
+def test_a_body_too_large_to_hold_counts_as_unreadable_for_the_rules(
     proxy: Undoproxy, upstream: ThreadedServer, session_id: str
 ) -> None:
     """A deny rule on a body field matches a body too large to read (it could say anything):
@@ -281,14 +281,19 @@ def test_a_body_that_cannot_be_spooled_is_refused_not_forwarded(
     proxy: Undoproxy, upstream: ThreadedServer, session_id: str
 ) -> None:
     """The disk refuses the spool (here: the spool directory is gone, a file in its place):
-    507 undoproxy_spool_failed, nothing forwarded, the refusal journaled."""
+    507 undoproxy_spool_failed, nothing forwarded, the refusal journaled. The body is chunked:
+    its size unknown until it has arrived, it cannot be judged on its headers and is spooled
+    (tests/proxy/test_judged_uploads.py has those that announce theirs)."""
     spool = proxy.state_dir / "spool"
     spool.rename(spool.with_name("spool-away"))
     spool.write_text("not a directory")
     path = f"/files/{uuid.uuid4().hex}"
+    body = _body(20 * MiB)
     try:
         with proxy.agent(session_id) as agent:
-            r = agent.put(upstream.base_url + path, data=io.BytesIO(_body(20 * MiB)))
+            r = agent.put(
+                upstream.base_url + path, data=(body[i : i + MiB] for i in range(0, len(body), MiB))
+            )
     finally:
         spool.unlink()
         spool.with_name("spool-away").rename(spool)

@@ -8,9 +8,10 @@ body once, in a worker thread when it is large and encoded; a body that cannot b
 kept as sent with its problem, which the rules treat as ambiguous. The journal stores bodies
 as they were sent.
 
-A request body too large to hold (spooled to disk while it arrived: proxy/bounded.py) is not
-read at all: it is judged as a body whose content is unknown (`problem` says why), which the
-rules treat as ambiguous; `body_copy` gives its first bytes, length and SHA-256 either way.
+A request body too large to hold (spooled to disk while it arrived, or judged on its headers
+and streamed on: proxy/bounded.py) is not read at all: it is judged as a body whose content is
+unknown (`problem` says why), which the rules treat as ambiguous; `body_copy` gives its first
+bytes, length and SHA-256 once they are known.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from undoproxy.proxy.state import FlowState, state_of
 
 SPOOLED = "undoproxy_spooled"  # flow.metadata: the BodyCopy of a spooled request body
 SPOOL = "undoproxy_spool"  # flow.metadata: the Spool itself, while the request hooks run
-# flow.metadata: a request judged on its headers, before its body (a gRPC stream: proxy/
-# bounded.py): "judging" while the request hooks run, then "judged"
+# flow.metadata: a request judged on its headers, before its body (a gRPC stream, a large
+# upload: proxy/bounded.py): "planning" while undoproxy decides whether it may be (an upload),
+# "judging" while the request hooks run, then "judged"
 JUDGED_EARLY = "undoproxy_judged_early"
+UNREAD = "undoproxy_unread"  # flow.metadata: why the body of such a request is not read
 
 
 def spooled(flow: http.HTTPFlow) -> BodyCopy | None:
@@ -68,6 +71,8 @@ def body_copy(flow: http.HTTPFlow, keep: int) -> BodyCopy:
     copy = spooled(flow)
     if copy is not None:
         return BodyCopy(copy.head[:keep], copy.length, copy.sha256)
+    if flow.metadata.get(JUDGED_EARLY):  # not arrived yet: what its headers announce
+        return BodyCopy(b"", announced_length(flow.request) or 0, "")
     body = flow.request.raw_content or b""
     return BodyCopy(body[:keep], len(body), hashlib.sha256(body).hexdigest() if body else "")
 
@@ -78,7 +83,17 @@ def body_identity(flow: http.HTTPFlow) -> bytes:
     copy = spooled(flow)
     if copy is not None:
         return f"spooled:{copy.length}:{copy.sha256}".encode()
+    if flow.metadata.get(JUDGED_EARLY):  # not arrived yet: equal to no other
+        return f"unread:{flow.id}".encode()
     return flow.request.raw_content or b""
+
+
+def announced_length(request: http.Request) -> int | None:
+    """The body size a request's headers announce (Content-Length), or None."""
+    value = request.headers.get("content-length")
+    if value is None or not value.strip().isdigit():
+        return None  # chunked, or invalid (mitmproxy refuses that itself)
+    return int(value.strip())
 
 
 def codings_of(message: http.Message) -> tuple[str, ...]:
@@ -124,11 +139,7 @@ def _unread(flow: http.HTTPFlow) -> Decoded | None:
     """How a spooled body, or one judged before it arrives, is judged: unknown content, with
     the reason."""
     if flow.metadata.get(JUDGED_EARLY):
-        return Decoded(
-            b"",
-            "a gRPC request is a stream of messages: it is judged by its method, before its "
-            "messages arrive",
-        )
+        return Decoded(b"", str(flow.metadata.get(UNREAD, "the body is judged before it arrives")))
     copy = spooled(flow)
     if copy is None:
         return None

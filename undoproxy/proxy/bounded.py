@@ -5,7 +5,14 @@ streams it upstream before that hook runs, i.e. before undoproxy has judged, hel
 snapshotted or journaled it. `BoundedStream` does neither:
 
 - a request body up to `BodyPolicy.spool_over` is buffered, as mitmproxy does;
-- a larger one is **spooled**: written to an encrypted, unlinked file as it arrives
+- a larger one whose size its headers announce, when nothing in its judgment needs the body
+  or a person (proxy/upload_plan.py says), is **judged on its headers**: the request hooks
+  run before a byte of it is taken (the rules see it as too large to read: ambiguous), and
+  only then is it streamed upstream as it arrives, through a tap that keeps the journal's
+  copy (its first bytes, length, SHA-256): one pass over the body. Refused there, the agent
+  is answered at once (HTTP/1: the rest of its body is read and dropped, so the connection
+  ends cleanly);
+- any other larger one is **spooled**: written to an encrypted, unlinked file as it arrives
   (undoproxy/bodyfiles.py), so that memory stays bounded. Once it has all arrived, the
   `request` hook runs as for any other request (the rules see the body as too large to read:
   ambiguous, so a hold or deny rule that could match it, does); only then, if the request
@@ -45,6 +52,7 @@ from mitmproxy.proxy.layers.http._events import (
     RequestTrailers,
     ResponseData,
     ResponseEndOfMessage,
+    ResponseHeaders,
     ResponseProtocolError,
 )
 from mitmproxy.proxy.layers.http._hooks import (
@@ -62,12 +70,16 @@ from undoproxy.limits import (
     STREAM_RESPONSE_OVER,
 )
 from undoproxy.proxy import answers
-from undoproxy.proxy.bodies import JUDGED_EARLY, SPOOL, SPOOLED
+from undoproxy.proxy.bodies import JUDGED_EARLY, SPOOL, SPOOLED, UNREAD, announced_length
 from undoproxy.proxy.state import state_of
 from undoproxy.proxy.streaming import BodyTap, is_grpc, tap_for
+from undoproxy.proxy.upload_plan import UploadPlanHook, streams
 from undoproxy.proxy.uploads import PUMP, Pump, SpoolPumpHook
 
 log = logging.getLogger(__name__)
+GRPC_UNREAD = (
+    "a gRPC request is a stream of messages: it is judged by its method, before its messages arrive"
+)
 
 
 @dataclass(frozen=True)
@@ -96,11 +108,14 @@ class BoundedStream(HttpStream):
     def _bound_request(self) -> layer.CommandGenerator[bool]:
         early = not self.request_body_buf  # announced, before the requestheaders hook ran
         if early and self.spool is None and is_grpc(self.flow.request):
-            yield from self._judge_early()
+            yield from self._judge_early(GRPC_UNREAD)
             return True
-        size = _announced(self) if early else len(self.request_body_buf)
+        size = announced_length(self.flow.request) if early else len(self.request_body_buf)
         if size is not None and size > self.policy.max_body:
             yield from self._refuse_request(size, early=early)
+            return True
+        if early and size is not None and size > self.policy.spool_over:
+            yield from self._plan_upload(size)
             return True
         spool = not early and size is not None and size > self.policy.spool_over
         if spool and not self.flow.request.stream:
@@ -111,34 +126,99 @@ class BoundedStream(HttpStream):
                 return True
         return False
 
-    def _judge_early(self) -> layer.CommandGenerator[None]:
-        """Run the request hooks now, on the headers; then answer, or stream the body on."""
+    def _plan_upload(self, size: int) -> layer.CommandGenerator[None]:
+        """A body announced too large to hold: judged on its headers and streamed on, when
+        nothing in its judgment needs the body or a person (proxy/upload_plan.py); spooled
+        and judged whole otherwise."""
         flow = self.flow
-        flow.metadata[JUDGED_EARLY] = "judging"
+        flow.metadata[JUDGED_EARLY] = "planning"
+        flow.metadata[UNREAD] = (
+            f"the body is {size} bytes, too large to hold while it is judged: it is judged "
+            "unread, before it arrives"
+        )
         yield HttpRequestHeadersHook(flow)
         if (yield from self.check_killed(True)):
             return
+        if flow.response is None:
+            yield UploadPlanHook(flow)
+        if flow.response is None and streams(flow):
+            yield from self._judged_on_headers()
+            return
+        # Spooled as it arrives (or answered already): from here on as mitmproxy goes on
+        # after the requestheaders hook, the body judged once it is all on disk.
+        del flow.metadata[JUDGED_EARLY]
+        flow.metadata.pop(UNREAD, None)
+        state = state_of(flow)
+        if state is not None:
+            state.request_body = state.view = None
+        yield from self._send_continue()
+        self.client_state = self.state_consume_request_body
+        self.server_state = self.state_wait_for_response_headers
+
+    def _send_continue(self) -> layer.CommandGenerator[None]:
+        """`Expect: 100-continue`: tell the agent to send its body (as mitmproxy does)."""
+        if self.flow.request.headers.get("expect", "").lower() == "100-continue":
+            answer = http.Response.make(100)
+            answer.headers.clear()
+            yield SendHttp(ResponseHeaders(self.stream_id, answer), self.context.client)
+            self.flow.request.headers.pop("expect")
+
+    def _judge_early(self, unread: str) -> layer.CommandGenerator[None]:
+        """Run the request hooks now, on the headers; then answer, or stream the body on."""
+        self.flow.metadata[JUDGED_EARLY] = "judging"
+        self.flow.metadata[UNREAD] = unread
+        yield HttpRequestHeadersHook(self.flow)
+        if (yield from self.check_killed(True)):
+            return
+        yield from self._judged_on_headers()
+
+    def _judged_on_headers(self) -> layer.CommandGenerator[None]:
+        flow = self.flow
+        flow.metadata[JUDGED_EARLY] = "judging"
         yield HttpRequestHook(flow)  # also when refused already (407...): it is journaled there
         if (yield from self.check_killed(True)):
             return
         flow.metadata[JUDGED_EARLY] = "judged"  # the request hook at the body's end is not ours
         self.server_state = self.state_wait_for_response_headers
         if flow.response is not None:  # refused, denied after a hold, failed closed
-            flow.response.timestamp_start = time.time()
-            yield HttpResponseHeadersHook(flow)
-            yield from self.send_response()
-            self.client_state = self.server_state = self.state_errored
-            if flow.request.is_http2:
-                yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
-            else:
-                yield SendHttp(
-                    ResponseProtocolError(self.stream_id, "refused", status_codes.NO_RESPONSE),
-                    self.context.client,
-                )
-            flow.live = False
+            yield from self._answer_unread()
             return
+        yield from self._send_continue()
         flow.request.stream = BodyTap(MUTATION_BODY_LIMIT)
         yield from self.start_request_stream()
+
+    def _answer_unread(self) -> layer.CommandGenerator[None]:
+        """Answer a request judged before its body arrived; nothing of it is forwarded."""
+        flow = self.flow
+        assert flow.response is not None
+        flow.response.timestamp_start = time.time()
+        sending = not flow.request.is_http2 and "expect" not in flow.request.headers
+        if sending:
+            # HTTP/1 and the agent is sending its body: it gets the answer now, and the
+            # rest of its body is read and dropped, so that the connection ends cleanly
+            # (closed with unread data, it would be reset, the answer maybe lost).
+            self.client_state = self.state_discard_request_body
+            yield HttpResponseHeadersHook(flow)
+            yield from self.send_response()
+            return
+        yield HttpResponseHeadersHook(flow)
+        yield from self.send_response()
+        self.client_state = self.server_state = self.state_errored
+        if flow.request.is_http2:
+            yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
+        else:  # it waits for a 100 Continue that will not come: closing ends its request
+            yield SendHttp(
+                ResponseProtocolError(self.stream_id, "refused", status_codes.NO_RESPONSE),
+                self.context.client,
+            )
+        flow.live = False
+
+    def state_discard_request_body(self, event: events.Event) -> layer.CommandGenerator[None]:
+        """Answered before its body arrived: what still arrives is read and dropped."""
+        if isinstance(event, RequestEndOfMessage):
+            self.client_state = self.state_done
+            if self.server_state == self.state_done:
+                yield from self.flow_done()
 
     def _start_spool(self) -> None:
         """Move what arrived to a spool file; the rest goes there as it comes."""
@@ -349,14 +429,6 @@ def bound(http_layer: HttpLayer, policy: BodyPolicy) -> None:
     """Make one of mitmproxy's HTTP layers a BoundedHttpLayer (before it has started)."""
     http_layer.__class__ = BoundedHttpLayer
     http_layer.policy = policy  # type: ignore[attr-defined]
-
-
-def _announced(stream: HttpStream) -> int | None:
-    """The request body size its headers announce (Content-Length), or None."""
-    value = stream.flow.request.headers.get("content-length")
-    if value is None or not value.strip().isdigit():
-        return None  # chunked, or invalid (mitmproxy refuses that itself)
-    return int(value.strip())
 
 
 def _http_layer(stream: HttpStream) -> HttpLayer | None:

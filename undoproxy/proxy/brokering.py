@@ -64,6 +64,14 @@ class KeepSecretsFromAgent:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
+    def foresee(self, flow: http.HTTPFlow) -> str | None:
+        """Why a large upload must be read before it is judged (proxy/upload_plan.py): every
+        body is searched for the brokered secrets' real values, and a body signed again by
+        its hash."""
+        if self.broker.entries:
+            return "brokered secrets (secrets:) are searched for in every body"
+        return None
+
     async def request(self, flow: http.HTTPFlow) -> None:
         """Refuse a real value, a placeholder out of scope, or signed body chunks."""
         state = state_of(flow)

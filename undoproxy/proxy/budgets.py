@@ -122,6 +122,12 @@ class Budgets:
             self._total[key] += 1
             self._recent[key].append(now)
 
+    def compares_bodies(self, rule: Rule | None) -> bool:
+        """True when a repeat guard counts mutations under `rule` (by method, URL and body)."""
+        if rule is not None and rule.guard is not None and rule.guard.repeat.count:
+            return True
+        return bool(self.guard.repeat.count)
+
     def repeated(
         self, session: str, rule: Rule | None, method: str, url: str, body: bytes
     ) -> Repeated | None:

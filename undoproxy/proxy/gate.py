@@ -10,6 +10,7 @@ whose rule's risk reaches `approvals.hold_at`, is held. A deny answers the contr
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Protocol
 
@@ -109,7 +110,28 @@ class Gate:
             if self.journal is not None and self.journal.shared:
                 state.limits = self.budgets.limits(rule)
 
-    def _decide(self, flow: http.HTTPFlow, state: FlowState) -> None:
+    def foresee(self, flow: http.HTTPFlow) -> str | None:
+        """Why this request could not be judged without its body or a person, or None: what
+        `request` would decide with the body unknown, worked out on a copy of the flow's state
+        (nothing is held, counted or logged). proxy/upload_plan.py asks it of large uploads."""
+        state = decided_state(flow)
+        if state is None or flow.response is not None:
+            return "it is answered already"
+        trial = copy.copy(state)
+        self._decide(flow, trial, quiet=True)
+        if trial.action == "hold":  # a person decides: the body waits on disk meanwhile
+            return f"{trial.hold_source or 'the rules'} would hold it"
+        if trial.action == "deny" or not trial.is_mutation:  # refused unread, or a read
+            return None
+        if self.journal is not None and stopped(self.journal, trial.session_id):
+            return "its session is frozen or closed"
+        if self.budgets.over(trial.session_id, trial.rule) is not None:
+            return "a budget (guard:) would refuse it"
+        if self.budgets.compares_bodies(trial.rule):
+            return "a repeat guard (guard.repeat) compares bodies"
+        return None
+
+    def _decide(self, flow: http.HTTPFlow, state: FlowState, *, quiet: bool = False) -> None:
         """The action of the first matching rule, or of the defaults."""
         match = None
         if self.rules.rules:
@@ -118,7 +140,7 @@ class Gate:
             match = self.rules.match(state.view)
         if match is None:
             if state.is_mutation:
-                self._by_defaults(flow, state)
+                self._by_defaults(flow, state, quiet=quiet)
             return
         rule = match.rule
         state.rule, state.captures, state.action = rule, match.captures, rule.action
@@ -128,12 +150,12 @@ class Gate:
         if rule.defers_action and state.is_mutation:
             # A pack rule that names no action recognises and compensates; whether the
             # mutation may go is for defaults.mutations to say, as for one no rule matched.
-            self._by_defaults(flow, state)
+            self._by_defaults(flow, state, quiet=quiet)
         if state.action in ("allow", "log") and RISKS.index(rule.risk) >= self.hold_at:
             state.action, state.hold_source = "hold", "approvals.hold_at"
             state.hold_reason = f"rule {rule.name} has risk {rule.risk} (approvals.hold_at)"
 
-    def _by_defaults(self, flow: http.HTTPFlow, state: FlowState) -> None:
+    def _by_defaults(self, flow: http.HTTPFlow, state: FlowState, *, quiet: bool) -> None:
         state.action = self.default_mutations
         if state.rule is not None:
             state.hold_source = f"defaults.mutations (rule {state.rule.name} names no action)"
@@ -144,7 +166,7 @@ class Gate:
                 state.hold_reason = f"no compensation is known: {plan.reason}"
             else:
                 state.action = "log"
-        if state.action == "log" and state.rule is None:
+        if state.action == "log" and state.rule is None and not quiet:
             log.info(
                 "mutation matched no rule: %s %s (session %s)",
                 flow.request.method,
@@ -181,6 +203,14 @@ def refuse_if_stopped(journal: Journal, flow: http.HTTPFlow, state: FlowState, w
             state.step, status="denied", response_status=flow.response.status_code, error=why
         )
     return True
+
+
+def stopped(journal: Journal, session_id: str) -> bool:
+    """True while the session may not make mutations (frozen, or no longer open)."""
+    session = journal.sessions.get(session_id)
+    if journal.frozen_all:
+        return True
+    return session is not None and (session.frozen or session.state not in OPEN_STATES)
 
 
 def _why(state: FlowState) -> str:

@@ -22,7 +22,13 @@ from undoproxy.proxy import answers
 from undoproxy.proxy.budgets import OverBudget
 from undoproxy.proxy.gate import refuse_if_stopped
 from undoproxy.proxy.state import FlowState, decided_state, state_of
-from undoproxy.proxy.steps import irreversible_reason, new_step, record_meta, response_fields
+from undoproxy.proxy.steps import (
+    irreversible_reason,
+    new_step,
+    record_meta,
+    response_fields,
+    streamed_request_fields,
+)
 from undoproxy.store.base import BudgetExceeded, SessionStopped
 from undoproxy.store.journal import Journal
 from undoproxy.store.records import Step
@@ -182,7 +188,13 @@ class JournalAddon:
         server = flow.server_conn
         sent = server is not None and server.timestamp_tcp_setup is not None
         if sent:
-            self.journal.update(state.step, status="unknown", error=message, duration_ms=duration)
+            self.journal.update(
+                state.step,
+                status="unknown",
+                error=message,
+                duration_ms=duration,
+                **streamed_request_fields(flow),  # what passed of a body streamed on, if one was
+            )
             return
         self.journal.update(
             state.step,

@@ -162,17 +162,8 @@ def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
     else:
         raw = response.raw_content or b""
         body, length = raw[: body_limit(state)], len(raw)
-    fields: dict[str, object] = {}
-    sent = flow.request.stream
-    if isinstance(sent, BodyTap):
-        request_copy = sent.copy()
-        fields = {
-            "request_body": request_copy.head or None,
-            "request_body_len": request_copy.length,
-            "request_body_sha256": request_copy.sha256 if request_copy.length else None,
-        }
     return {
-        **fields,
+        **streamed_request_fields(flow),
         "status": "succeeded" if ok and refused is None else "failed",
         "response_status": response.status_code,
         "response_headers": [list(p) for p in redact.headers(response.headers.items(multi=True))],
@@ -181,6 +172,20 @@ def response_fields(flow: http.HTTPFlow, state: FlowState) -> dict[str, object]:
         "duration_ms": round((time.monotonic() - state.started) * 1000, 3),
         "error": error,
         "meta": meta,
+    }
+
+
+def streamed_request_fields(flow: http.HTTPFlow) -> dict[str, object]:
+    """The journal fields of a request body streamed on after it was judged (a gRPC stream,
+    a large upload), from its tap: what passed of it so far; {} for any other request."""
+    sent = flow.request.stream
+    if not isinstance(sent, BodyTap):
+        return {}
+    copy = sent.copy()
+    return {
+        "request_body": copy.head or None,
+        "request_body_len": copy.length,
+        "request_body_sha256": copy.sha256 if copy.length else None,
     }
 
 
