@@ -47,7 +47,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "pg": lambda d, a: pg.run(d, a.rounds, a.seconds),
     "replicas": lambda d, a: replicas.run(d, a.rounds, a.seconds),
     "journal": lambda d, a: journalsize.run(d, max(2, a.rounds // 2)),
-    "transfers": lambda d, a: transfers.run(d, max(2, a.rounds // 3)),
+    "transfers": lambda d, a: transfers.run(d, max(4, a.rounds // 2)),
 }
 
 

@@ -5,10 +5,10 @@ curl (its own process, plain HTTP) uploads a 200 MB file with `PUT /sink/NAME` (
 thrown away by bench/upstream.py), then downloads 500 MB with `GET /source` (chunked, no
 length announced). Bare mitmdump runs with `stream_large_bodies=1m`: both bodies stream
 through it, unjudged (an upload reaches the upstream before any hook could hold it).
-undoproxy runs with its defaults: the upload is a mutation, so it is spooled to an encrypted
-file while it arrives (nothing reaches the upstream before it is judged), snapshotted (a GET,
-404 here), written ahead, then sent from the file; the download streams through its tap,
-which hashes it for the journal.
+undoproxy runs with its defaults: the upload is a mutation, judged on its headers before
+its body is read (snapshotted: a GET, 404 here; written ahead), then streamed upstream
+through the tap that hashes it for the journal (proxy/bounded.py); the download streams
+through the same kind of tap.
 
 Rows: each transfer's time (the best of the rounds on each path; rounds alternate bare and
 undoproxy), the ratio undoproxy / bare (goal: <= 1.5x); and each proxy's resident memory

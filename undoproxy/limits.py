@@ -7,8 +7,9 @@ happens past each one:
     MAX_REQUEST_BODY      the agent gets 413 `undoproxy_body_too_large`; nothing is forwarded
                           and no more of the body is read (the connection is closed). The
                           config's `proxy.max_body` sets it; a snapshot larger than it fails
-    SPOOL_REQUEST_OVER    the request body is spooled to an encrypted file instead of memory,
-                          judged as a body too large to read (ambiguous), then sent from there
+    SPOOL_REQUEST_OVER    the request body is judged as a body too large to read (ambiguous):
+                          on its headers, then streamed, or spooled to an encrypted file instead
+                          of memory and sent from there (proxy/bounded.py says which)
     STREAM_RESPONSE_OVER  the response is passed to the agent as it arrives, not buffered
                           (the journal keeps its first bytes, length and SHA-256)
     SNAPSHOT_IN_JOURNAL   a snapshot is kept in an encrypted body file, not in the journal row
@@ -35,8 +36,9 @@ MAX_REQUEST_BODY: Final = 8 * GiB
 keeps; `proxy.max_body` in the config overrides it."""
 
 SPOOL_REQUEST_OVER: Final = 16 * MiB
-"""A request body bigger than this is spooled to disk while it arrives (memory per transfer
-stays about this size, whatever the body's)."""
+"""A request body bigger than this is never held in memory: judged on its headers and
+streamed, or spooled to disk while it arrives (memory per transfer stays about this size,
+whatever the body's)."""
 
 SNAPSHOT_IN_JOURNAL: Final = 10 * MiB
 """A snapshot bigger than this is kept in an encrypted body file in the state dir."""

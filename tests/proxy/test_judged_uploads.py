@@ -129,13 +129,16 @@ def _body(size: int, seed: str = "") -> bytes:
     return (block * (size // len(block) + 1))[:size]
 
 
-def _head(proxy: Undoproxy, session: str, url: str, size: int) -> bytes:
-    """A plain-HTTP proxy request's head: PUT url, announcing `size` bytes, no Expect."""
-    auth = base64.b64encode(f"{session}:x".encode()).decode()
+def _head(
+    proxy: Undoproxy, session: str, url: str, size: int, *, auth: str = "", expect: bool = False
+) -> bytes:
+    """A plain-HTTP proxy request's head: PUT url, announcing `size` bytes."""
+    auth = auth or base64.b64encode(f"{session}:x".encode()).decode()
     host = url.split("/")[2]
     return (
         f"PUT {url} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: Basic {auth}\r\n"
-        f"Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n\r\n"
+        + ("Expect: 100-continue\r\n" if expect else "")
+        + f"Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n\r\n"
     ).encode()
 
 
@@ -241,6 +244,25 @@ def test_refused_before_a_100_continue_curl_sends_nothing(
     assert code == status, done
     assert json.loads(body)["error"] == error
     assert int(uploaded) < SIZE  # it never sent the body (a 100 Continue never came)
+    assert path not in _seen(upstream).first_byte
+
+
+@pytest.mark.parametrize("expect", [True, False], ids=["Expect", "no Expect"])
+def test_refused_at_its_headers_it_is_answered_before_its_body_is_read(
+    proxy: Undoproxy, upstream: ThreadedServer, expect: bool
+) -> None:
+    """Credentials that cannot be read: 407 at once, the body never read whole first. An
+    agent waiting for `100 Continue` gets the 407 without sending its body; one sending it
+    gets the 407 and its body is read and dropped: the connection ends cleanly."""
+    path = f"/files/{uuid.uuid4().hex}"
+    body = _body(SIZE, path)
+    url = upstream.base_url + path
+    with socket.create_connection(("127.0.0.1", proxy.proxy_port), timeout=30) as sock:
+        sock.sendall(_head(proxy, "", url, len(body), auth="!!!", expect=expect))
+        if not expect:
+            sock.sendall(body)
+        answer = read_answer(sock)
+    assert answer.startswith(b"HTTP/1.1 407"), answer[:300]
     assert path not in _seen(upstream).first_byte
 
 

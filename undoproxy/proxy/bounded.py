@@ -141,11 +141,11 @@ class BoundedStream(HttpStream):
             return
         if flow.response is None:
             yield UploadPlanHook(flow)
-        if flow.response is None and streams(flow):
+        if flow.response is not None or streams(flow):  # answered already (407...): unread
             yield from self._judged_on_headers()
             return
-        # Spooled as it arrives (or answered already): from here on as mitmproxy goes on
-        # after the requestheaders hook, the body judged once it is all on disk.
+        # Spooled as it arrives: from here on as mitmproxy goes on after the requestheaders
+        # hook, the body judged once it is all on disk.
         del flow.metadata[JUDGED_EARLY]
         flow.metadata.pop(UNREAD, None)
         state = state_of(flow)
