@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import io
 import socket
 import uuid
 from collections.abc import AsyncIterator
@@ -23,6 +25,7 @@ from tests.conftest import received
 from tests.support.servers import ThreadedServer
 from undoproxy import server
 from undoproxy.config import load_config
+from undoproxy.limits import SPOOL_REQUEST_OVER, MiB
 from undoproxy.proxy.guard import BEFORE_FORWARDING, FLOW_HOOKS
 from undoproxy.store.records import Session
 
@@ -168,6 +171,66 @@ async def test_an_exception_in_any_hook_forwards_nothing(
         assert body["forwarded"] is True
         assert len(puts) == 1
         assert steps[0].status == "unknown"
+
+
+def _upload_hooks() -> list[tuple[str, str]]:
+    return [(a, h) for a, h in _hooks() if h in ("requestheaders", "request")]
+
+
+LARGE = SPOOL_REQUEST_OVER + 4 * MiB  # judged on its headers, then streamed (proxy/bounded.py)
+
+
+@pytest.mark.parametrize(("addon_name", "hook"), _upload_hooks())
+async def test_an_exception_while_a_large_upload_is_judged_forwards_nothing(
+    running: server.Running, tls_upstream: ThreadedServer, addon_name: str, hook: str
+) -> None:
+    """A large upload is judged before its body is read: a fault there answers the agent,
+    which is still sending its body, and not a byte of it goes upstream."""
+    addon = next(a for a in running.guard.chain if type(a).__name__ == addon_name)
+
+    def boom(*args: Any) -> None:
+        raise RuntimeError("injected fault")
+
+    setattr(addon, hook, boom)
+    session = f"fc-{uuid.uuid4().hex[:8]}"
+    marker = f"/fail-closed/{uuid.uuid4().hex}"
+    agent = _agent(running, session)
+    body = b"x" * LARGE
+    answer = await asyncio.to_thread(
+        agent.put, tls_upstream.base_url + marker, data=io.BytesIO(body), timeout=60
+    )
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"] == "undoproxy_internal_error"
+    assert answer.json()["forwarded"] is False
+    assert [r for r in received(tls_upstream) if r.path == marker and r.method == "PUT"] == []
+
+
+async def test_a_fault_while_planning_an_upload_has_it_spooled_and_judged_whole(
+    running: server.Running, tls_upstream: ThreadedServer
+) -> None:
+    """Whether a large upload may be judged on its headers is undoproxy's to decide: if that
+    fails, it takes the slow, safe way (spooled, judged once whole) and still goes through."""
+    planner = running.master.addons.get("uploadplanner")
+
+    def boom(flow: Any) -> None:
+        raise RuntimeError("injected fault")
+
+    planner.reasons = (boom,)
+    session = f"fc-{uuid.uuid4().hex[:8]}"
+    marker = f"/fail-closed/{uuid.uuid4().hex}"
+    body = bytes(range(256)) * (LARGE // 256)
+    answer = await asyncio.to_thread(
+        _agent(running, session).put,
+        tls_upstream.base_url + marker,
+        data=io.BytesIO(body),
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    [put] = [r for r in received(tls_upstream) if r.path == marker and r.method == "PUT"]
+    assert hashlib.sha256(put.body).hexdigest() == hashlib.sha256(body).hexdigest()
+    await running.journal.writer.flush()
+    [step] = await running.journal.steps(session)
+    assert (step.status, step.request_body_len) == ("succeeded", len(body))
 
 
 async def test_proxy_authorization_never_reaches_the_upstream_on_a_fault(
