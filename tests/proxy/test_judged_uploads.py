@@ -9,7 +9,8 @@ SHA-256. While it is being judged, undoproxy reads nothing of the body: a slow s
 neither lets a byte through nor fills the proxy's memory. Refused after all (the snapshot
 fails), the agent gets the answer, not a reset connection; an agent that gives up midway
 leaves a step whose outcome is `unknown`, never `succeeded`. A request that must be held, or
-whose body a repeat guard compares, is spooled and judged whole instead (here, and in
+whose body a repeat guard compares, or one over HTTP/2 (whose connection carries other
+requests: it is not paused), is spooled and judged whole instead (here, and in
 tests/proxy/test_body_limits.py).
 
 Against a real `undoproxy run`, with requests, curl and raw sockets, to an upstream that
@@ -274,7 +275,7 @@ def test_refused_at_its_headers_it_is_answered_before_its_body_is_read(
 @pytest.mark.parametrize(
     "how",
     [["--http1.1"], ["--http1.1", "-H", "Expect:"], ["--http2"]],
-    ids=["http1.1 with Expect", "http1.1 without", "http2"],
+    ids=["http1.1 with Expect", "http1.1 without", "http2 (spooled)"],
 )
 def test_curl_uploads_arrive_whole_and_are_journaled_whole(
     proxy: Undoproxy,

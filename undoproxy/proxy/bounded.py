@@ -5,13 +5,13 @@ streams it upstream before that hook runs, i.e. before undoproxy has judged, hel
 snapshotted or journaled it. `BoundedStream` does neither:
 
 - a request body up to `BodyPolicy.spool_over` is buffered, as mitmproxy does;
-- a larger one whose size its headers announce, when nothing in its judgment needs the body
-  or a person (proxy/upload_plan.py says), is **judged on its headers**: the request hooks
-  run before a byte of it is taken (the rules see it as too large to read: ambiguous), and
-  only then is it streamed upstream as it arrives, through a tap that keeps the journal's
-  copy (its first bytes, length, SHA-256): one pass over the body. Refused there, the agent
-  is answered at once (HTTP/1: the rest of its body is read and dropped, so the connection
-  ends cleanly);
+- a larger one whose size its headers announce, over HTTP/1, when nothing in its judgment
+  needs the body or a person (proxy/upload_plan.py says), is **judged on its headers**: the
+  request hooks run before a byte of it is taken (the rules see it as too large to read:
+  ambiguous), and only then is it streamed upstream as it arrives, through a tap that keeps
+  the journal's copy (its first bytes, length, SHA-256): one pass over the body. Refused
+  there, the agent is answered at once (the rest of its body, if it is sending it, is read
+  and dropped, so the connection ends cleanly);
 - any other larger one is **spooled**: written to an encrypted, unlinked file as it arrives
   (undoproxy/bodyfiles.py), so that memory stays bounded. Once it has all arrived, the
   `request` hook runs as for any other request (the rules see the body as too large to read:

@@ -13,7 +13,8 @@ judged on its headers alone:
   body, as a plain proxy makes. While those hooks run, nothing is read from the agent
   (`pause_reading` on its connection: mitmproxy would otherwise queue what arrives in
   memory), so memory stays bounded however long a snapshot takes;
-- **no** (any reason, or an error of ours while deciding): the body is spooled to disk while
+- **no** (any reason, an HTTP/2 or HTTP/3 connection: pausing it would stall the agent's
+  other requests on it, or an error of ours while deciding): the body is spooled to disk while
   it arrives and judged once it is complete, as before (proxy/bounded.py): a hold then waits
   with the body on disk, not in memory nor on a paused connection.
 
@@ -50,6 +51,15 @@ class UploadPlanHook(commands.StartHook):
     name = "undoproxy_upload_plan"
 
 
+def _multiplexed(flow: http.HTTPFlow) -> str | None:
+    """HTTP/2 and HTTP/3 carry other streams of the agent's on the same connection: paused
+    while this one is judged, they would stall too (its answers wait for the agent's flow
+    control updates, which are not read), for as long as a snapshot takes."""
+    if flow.request.is_http2 or flow.request.is_http3:
+        return "its connection carries other requests, which pausing it would stall"
+    return None
+
+
 def streams(flow: http.HTTPFlow) -> bool:
     """True when the upload is judged on its headers and streamed on."""
     return flow.metadata.get(PLAN) == STREAM
@@ -69,7 +79,9 @@ class UploadPlanner:
     async def undoproxy_upload_plan(self, flow: http.HTTPFlow) -> None:
         """Say whether to stream; when streaming, stop reading the agent until judged."""
         try:
-            why = next((w for w in (reason(flow) for reason in self.reasons) if w), None)
+            why = _multiplexed(flow) or next(
+                (w for w in (reason(flow) for reason in self.reasons) if w), None
+            )
         except Exception as exc:  # the safe way is the slow one: spool, judge, send
             log.exception("could not plan an upload; it is spooled and judged whole")
             why = f"undoproxy could not plan it ({type(exc).__name__})"
