@@ -57,6 +57,7 @@ from undoproxy.proxy.journaling import JournalAddon
 from undoproxy.proxy.layers import ProtocolPolicy, journal_refusals
 from undoproxy.proxy.mcp import McpTraffic, as_jsonrpc_error
 from undoproxy.proxy.names import OneName
+from undoproxy.proxy.reads import LargeReads
 from undoproxy.proxy.snapshots import Snapshots
 from undoproxy.proxy.streaming import Streaming
 from undoproxy.proxy.tls_failures import TlsFailures
@@ -215,6 +216,7 @@ async def start(config: Config) -> Running:
             reshape=[as_jsonrpc_error, as_grpc_status],
         ),
         SpoolPump(proxy_server),  # sends spooled bodies once judged (proxy/uploads.py)
+        LargeReads(proxy_server),  # connections read in pieces of up to 256 KiB (proxy/reads.py)
         # Large uploads judged on their headers (proxy/upload_plan.py); after FailClosed: its
         # request hook runs once ours have, and lets the agent's body be read again.
         UploadPlanner(proxy_server, [secrets_check.foresee, gate.foresee]),
