@@ -36,14 +36,20 @@ class Operation:
 
 
 def operation_of(body: Any) -> Operation | None:
-    """The operation a GraphQL request body runs, or None when the body is not one."""
+    """The operation a GraphQL request body runs, or None when the body is not one. A batch
+    is a flat list of requests: a list inside it is not one (and is not looked into, however
+    deep it nests)."""
     if isinstance(body, list):
-        each = [operation_of(item) for item in body]
+        each = [_operation_of_one(item) for item in body]
         found = [op for op in each if op is not None]
         if not found or len(found) != len(each):
             return None
         strongest = max(found, key=lambda op: _STRENGTH[op.type])
         return Operation(strongest.type, strongest.name if len(found) == 1 else None)
+    return _operation_of_one(body)
+
+
+def _operation_of_one(body: Any) -> Operation | None:
     if not isinstance(body, dict) or not isinstance(body.get("query"), str):
         return None
     ops = operations(body["query"])
