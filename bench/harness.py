@@ -261,6 +261,20 @@ class Undoproxy(Child):
         headers = {"Authorization": f"Bearer {self.token}"}
         return http_json(method, self.admin_url + path, body, headers, timeout)
 
+    def steps(self, session: str) -> list[dict[str, Any]]:
+        """Every step of a session, page after page (the API answers 1,000 at a time)."""
+        steps: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            query = "?limit=1000" + (f"&cursor={cursor}" if cursor else "")
+            status, answer = self.api_status("GET", f"/api/sessions/{session}{query}")
+            if status != 200:
+                raise BrokenRun(f"session {session}: admin API answered {status}: {answer}")
+            steps += answer["steps"]
+            cursor = answer.get("next")
+            if not cursor:
+                return steps
+
     def rss_mb(self) -> float:
         """undoproxy's resident memory in MiB."""
         return rss_mb(self.proc.pid)

@@ -128,7 +128,7 @@ def _session(proxy_url: str, session: str) -> str:
 def _check(undo: Undoproxy, rounds: int) -> None:
     """Every upload journaled with its full length, every download with its full length."""
     for n in range(rounds):
-        steps = undo.api("GET", f"/api/sessions/bench-transfers-r{n}")["steps"]
+        steps = undo.steps(f"bench-transfers-r{n}")
         seen = {(s["method"], (s.get("request") or {}).get("body_length")) for s in steps}
         if ("PUT", UP) not in seen:
             raise BrokenRun(f"round {n}: the upload is not journaled whole: {seen}")
