@@ -20,7 +20,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from undoproxy.rules import Rule
-from undoproxy.rules.guards import Guard
+from undoproxy.rules.guards import Guard, RepeatGuard
 from undoproxy.store.base import Limit
 from undoproxy.store.journal import Journal
 
@@ -122,19 +122,22 @@ class Budgets:
             self._total[key] += 1
             self._recent[key].append(now)
 
+    def _repeat(self, rule: Rule | None) -> RepeatGuard:
+        """The repeat guard that counts mutations under `rule`: the rule's own, if it sets
+        one, else the top-level one (`count` 0: none)."""
+        if rule is not None and rule.guard is not None and rule.guard.repeat.count:
+            return rule.guard.repeat
+        return self.guard.repeat
+
     def compares_bodies(self, rule: Rule | None) -> bool:
         """True when a repeat guard counts mutations under `rule` (by method, URL and body)."""
-        if rule is not None and rule.guard is not None and rule.guard.repeat.count:
-            return True
-        return bool(self.guard.repeat.count)
+        return bool(self._repeat(rule).count)
 
     def repeated(
         self, session: str, rule: Rule | None, method: str, url: str, body: bytes
     ) -> Repeated | None:
         """Note this attempt; a Repeated when it is one too many within the window."""
-        repeat = self.guard.repeat
-        if rule is not None and rule.guard is not None and rule.guard.repeat.count:
-            repeat = rule.guard.repeat
+        repeat = self._repeat(rule)
         if not repeat.count:
             return None
         digest = hashlib.sha256(f"{method}\n{url}\n".encode() + body).hexdigest()

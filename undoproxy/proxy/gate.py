@@ -123,7 +123,7 @@ class Gate:
             return f"{trial.hold_source or 'the rules'} would hold it"
         if trial.action == "deny" or not trial.is_mutation:  # refused unread, or a read
             return None
-        if self.journal is not None and stopped(self.journal, trial.session_id):
+        if self.journal is not None and stopped(self.journal, trial.session_id) is not None:
             return "its session is frozen or closed"
         if self.budgets.over(trial.session_id, trial.rule) is not None:
             return "a budget (guard:) would refuse it"
@@ -187,16 +187,15 @@ def refuse_if_stopped(journal: Journal, flow: http.HTTPFlow, state: FlowState, w
     """
     if not state.is_mutation:
         return False
-    session = journal.sessions.get(state.session_id)
-    if journal.frozen_all or (session is not None and session.frozen):
-        scope = "all" if journal.frozen_all else "session"
-        flow.response = answers.frozen(state.session_id, scope)
-        why = f"frozen {when}: not forwarded"
-    elif session is not None and session.state not in OPEN_STATES:
-        flow.response = answers.session_closed(session.id, session.state)
-        why = f"the session was {session.state} {when}: not forwarded"
-    else:
+    stop = stopped(journal, state.session_id)
+    if stop is None:
         return False
+    if stop in ("all", "session"):
+        flow.response = answers.frozen(state.session_id, stop)
+        why = f"frozen {when}: not forwarded"
+    else:
+        flow.response = answers.session_closed(state.session_id, stop)
+        why = f"the session was {stop} {when}: not forwarded"
     state.answered = True
     if state.step is not None:
         journal.update(
@@ -205,12 +204,17 @@ def refuse_if_stopped(journal: Journal, flow: http.HTTPFlow, state: FlowState, w
     return True
 
 
-def stopped(journal: Journal, session_id: str) -> bool:
-    """True while the session may not make mutations (frozen, or no longer open)."""
+def stopped(journal: Journal, session_id: str) -> str | None:
+    """Why the session may not make mutations now, or None: "all" or "session" while frozen
+    (everything, or it), else its state once it is no longer open."""
     session = journal.sessions.get(session_id)
     if journal.frozen_all:
-        return True
-    return session is not None and (session.frozen or session.state not in OPEN_STATES)
+        return "all"
+    if session is None:
+        return None
+    if session.frozen:
+        return "session"
+    return session.state if session.state not in OPEN_STATES else None
 
 
 def _why(state: FlowState) -> str:

@@ -23,6 +23,8 @@ from typing import Any
 from mitmproxy import connection
 from mitmproxy.proxy import server_hooks
 
+from undoproxy.proxy.transports import connection_io
+
 log = logging.getLogger(__name__)
 
 READ = 256 * 1024  # the most one read takes (asyncio's transports receive 256 KiB at a time)
@@ -55,8 +57,7 @@ class LargeReads:
 
     def _widen(self, key: str, conn: connection.Connection) -> None:
         try:
-            handler = self.proxyserver.connections.get(key)
-            io = handler.transports.get(conn) if handler is not None else None
+            io = connection_io(self.proxyserver, key, conn)
             reader = getattr(io, "reader", None)
             if type(reader) is asyncio.StreamReader:
                 reader.__class__ = _WideReader

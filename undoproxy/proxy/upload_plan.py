@@ -34,6 +34,8 @@ from typing import Any
 from mitmproxy import http
 from mitmproxy.proxy import commands
 
+from undoproxy.proxy.transports import connection_io
+
 log = logging.getLogger(__name__)
 
 PLAN = "undoproxy_upload_plan"  # flow.metadata: STREAM, or why the body is spooled instead
@@ -102,8 +104,7 @@ class UploadPlanner:
     def _pause(self, flow: http.HTTPFlow) -> None:
         """Stop reading the agent's connection (mitmproxy would queue what arrives while the
         request hooks run, in memory, without bound)."""
-        handler = self.proxyserver.connections.get(flow.client_conn.id)
-        io = handler.transports.get(flow.client_conn) if handler is not None else None
+        io = connection_io(self.proxyserver, flow.client_conn.id, flow.client_conn)
         reader = getattr(io, "reader", None)
         transport = getattr(getattr(io, "writer", None), "transport", None)
         if transport is None or not hasattr(transport, "pause_reading"):

@@ -25,6 +25,8 @@ from typing import Any
 from mitmproxy import connection, http
 from mitmproxy.proxy import commands
 
+from undoproxy.proxy.transports import connection_io
+
 log = logging.getLogger(__name__)
 
 PUMP = "undoproxy_pump"  # flow.metadata: the Pump of an upload in progress
@@ -78,9 +80,8 @@ class SpoolPump:
 
     async def _taken(self, flow: http.HTTPFlow, pump: Pump) -> None:
         """Return once the upstream connection has taken what it was given."""
-        handler = self.proxyserver.connections.get(flow.client_conn.id)
-        transport = handler.transports.get(pump.server) if handler is not None else None
-        writer = getattr(transport, "writer", None)
+        io = connection_io(self.proxyserver, flow.client_conn.id, pump.server)
+        writer = getattr(io, "writer", None)
         if writer is not None and not writer.is_closing():
             size = getattr(writer.transport, "get_write_buffer_size", None)
             if size is None or size() > IN_FLIGHT:
