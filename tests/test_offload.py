@@ -8,7 +8,17 @@ import threading
 
 import pytest
 
-from undoproxy.offload import BATCH, MAX_PENDING, OFFLOAD_OVER, STORING, InOrder, StreamDigest
+from undoproxy.offload import (
+    BATCH,
+    DIGEST_BATCH,
+    DIGEST_PENDING,
+    HASHING,
+    MAX_PENDING,
+    OFFLOAD_OVER,
+    STORING,
+    InOrder,
+    StreamDigest,
+)
 
 
 @pytest.mark.parametrize(
@@ -88,3 +98,27 @@ def test_no_more_than_max_pending_batches_wait() -> None:
     adder.join(10)
     queue.done()
     assert seen == [BATCH] * (MAX_PENDING + 5)
+
+
+def test_a_digest_holds_no_more_than_its_pending_batches() -> None:
+    """While the hashing thread is busy, a StreamDigest keeps at most DIGEST_PENDING batches
+    of pieces (then the caller waits): exactly that many go through, the next one waits."""
+    gate = threading.Event()
+    HASHING.submit(gate.wait, 10)  # the hashing thread, busy
+    digest = StreamDigest()
+    batch = b"x" * DIGEST_BATCH
+    given: list[int] = []
+
+    def add(n: int) -> None:
+        for _ in range(n):
+            digest.update(batch)
+            given.append(1)
+
+    adder = threading.Thread(target=add, args=(DIGEST_PENDING + 3,))
+    adder.start()
+    adder.join(0.5)
+    assert adder.is_alive()  # it waits for the hashing thread: memory stays bounded
+    assert len(given) == DIGEST_PENDING  # the one past the bound has not been taken
+    gate.set()
+    adder.join(10)
+    assert digest.hexdigest() == hashlib.sha256(batch * (DIGEST_PENDING + 3)).hexdigest()
