@@ -104,6 +104,11 @@ def _chain() -> list[type]:
 _CHAIN = _chain()
 
 
+def boom(*args: Any) -> None:
+    """A fault injected in place of one of undoproxy's hooks."""
+    raise RuntimeError("injected fault")
+
+
 async def test_the_list_of_addons_is_the_chain(running: server.Running) -> None:
     # So that an addon added to server.py cannot escape the fault injection below.
     assert [type(a) for a in running.guard.chain] == _CHAIN
@@ -122,9 +127,6 @@ async def test_an_exception_in_any_hook_forwards_nothing(
     running: server.Running, tls_upstream: ThreadedServer, addon_name: str, hook: str
 ) -> None:
     addon = next(a for a in running.guard.chain if type(a).__name__ == addon_name)
-
-    def boom(*args: Any) -> None:
-        raise RuntimeError("injected fault")
 
     setattr(addon, hook, boom)
     session = f"fc-{uuid.uuid4().hex[:8]}"
@@ -188,9 +190,6 @@ async def test_an_exception_while_a_large_upload_is_judged_forwards_nothing(
     which is still sending its body, and not a byte of it goes upstream."""
     addon = next(a for a in running.guard.chain if type(a).__name__ == addon_name)
 
-    def boom(*args: Any) -> None:
-        raise RuntimeError("injected fault")
-
     setattr(addon, hook, boom)
     session = f"fc-{uuid.uuid4().hex[:8]}"
     marker = f"/fail-closed/{uuid.uuid4().hex}"
@@ -211,9 +210,6 @@ async def test_a_fault_while_planning_an_upload_has_it_spooled_and_judged_whole(
     """Whether a large upload may be judged on its headers is undoproxy's to decide: if that
     fails, it takes the slow, safe way (spooled, judged once whole) and still goes through."""
     planner = running.master.addons.get("uploadplanner")
-
-    def boom(flow: Any) -> None:
-        raise RuntimeError("injected fault")
 
     planner.reasons = (boom,)
     session = f"fc-{uuid.uuid4().hex[:8]}"
@@ -239,9 +235,6 @@ async def test_proxy_authorization_never_reaches_the_upstream_on_a_fault(
     # Plain HTTP carries Proxy-Authorization on every request: a fault in identity must not
     # let the flow (and the header) through.
     identity = next(a for a in running.guard.chain if type(a).__name__ == "SessionIdentity")
-
-    def boom(*args: Any) -> None:
-        raise RuntimeError("injected fault")
 
     identity.requestheaders = boom
     marker = f"/plain/{uuid.uuid4().hex}"
@@ -349,9 +342,6 @@ async def test_a_fault_after_forwarding_does_not_leave_the_mutation_counted_in_f
     # Otherwise a freeze of the session would wait for an answer that was already given.
     snapshots = next(a for a in running.guard.chain if type(a).__name__ == "Snapshots")
 
-    def boom(*args: Any) -> None:
-        raise RuntimeError("injected fault")
-
     snapshots.response = boom
     agent = _agent(running, "inflight")
     answer = await asyncio.to_thread(
@@ -383,9 +373,6 @@ async def test_a_fault_on_a_websocket_message_drops_it_and_closes_the_socket(
     app.router.add_get("/ws", echo)
     upstream = ThreadedServer(app, server_context(upstream_cert)).start()
     sockets = next(a for a in running.guard.chain if type(a).__name__ == "WebSockets")
-
-    def boom(*args: Any) -> None:
-        raise RuntimeError("injected fault")
 
     import ssl
 
@@ -448,9 +435,6 @@ async def test_a_fault_while_a_secret_is_in_the_request_journals_the_agents_vers
     try:
         addon = next(a for a in app.guard.chain if type(a).__name__ == addon_name)
         hook = "responseheaders" if addon_name == "Streaming" else "request"
-
-        def boom(*args: Any) -> None:
-            raise RuntimeError("injected fault")
 
         setattr(addon, hook, boom)
         session = f"fcs-{uuid.uuid4().hex[:8]}"
